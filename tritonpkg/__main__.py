@@ -1,0 +1,3 @@
+from tritonpkg.cli import main
+
+main()

@@ -1,0 +1,27 @@
+"""The `tritonpkg` command: a thin Typer layer over the library. Command modules import the library
+inside each command, so `tritonpkg --help` stays fast."""
+
+from __future__ import annotations
+
+import typer
+
+from tritonpkg.cli import compat_cmd, package_cmd, runtime_cmd, serve_cmd, spec_cmd, validate_cmd
+
+app = typer.Typer(
+    name="tritonpkg",
+    help="Package, validate and serve LLM and embedding models on NVIDIA Triton + vLLM.",
+    no_args_is_help=True,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+app.command("schema")(spec_cmd.schema)
+app.command("package")(package_cmd.package)
+app.command("validate")(validate_cmd.validate)
+app.command("serve")(serve_cmd.serve)
+app.add_typer(compat_cmd.app, name="compat")
+app.add_typer(runtime_cmd.app, name="runtime")
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,41 @@
+"""What every command shares: consoles, JSON output, and turning library errors into exit codes."""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any, Callable, TypeVar
+
+import typer
+from rich.console import Console
+
+console = Console()
+err_console = Console(stderr=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_PROBLEMS = 1
+EXIT_USAGE = 2
+
+
+def print_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def library_errors(exit_code: int = EXIT_PROBLEMS) -> Callable[[F], F]:
+    """Turn a TritonpkgError into one clear message on stderr and `exit_code`; anything else is a bug."""
+
+    def deco(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            from tritonpkg.errors import TritonpkgError
+
+            try:
+                return fn(*args, **kwargs)
+            except TritonpkgError as exc:
+                err_console.print(f"[bold red]error:[/] {exc.render()}", highlight=False, soft_wrap=True)
+                raise typer.Exit(exit_code) from None
+
+        return wrapper  # type: ignore[return-value]
+
+    return deco

