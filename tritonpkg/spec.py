@@ -189,8 +189,7 @@ def load_spec(path: str | Path) -> Spec:
 def _describe(exc: ValidationError, node: yaml.Node | None, path: Path) -> str:
     lines = [f"{len(exc.errors())} problem(s):"]
     for err in exc.errors():
-        loc = [str(p) for p in err["loc"]]
-        field = ".".join(loc) or "(top level)"
+        field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".") or "(top level)"
         line = _line_of(node, err["loc"])
         where = f"{path}:{line}" if line else str(path)
         msg = err["msg"].removeprefix("Value error, ")

@@ -1,6 +1,41 @@
 from __future__ import annotations
 
+from pathlib import Path
 
-def package() -> None:
-    """Package a spec into a model repository (not yet built)."""
-    raise SystemExit("not implemented yet")
+import typer
+
+from tritonpkg.cli._common import console, library_errors, print_json
+
+
+@library_errors()
+def package(
+    spec: Path = typer.Argument(..., help="A tritonpkg.yaml, or a folder holding one."),
+    output: Path = typer.Option(..., "--output", "-o", help="Model repository to write into (created if missing)."),
+    archive: Path | None = typer.Option(None, "--archive", help="Also write a reproducible model package (.tar.gz)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Build a version-pinned Triton model repository entry from a spec (atomic; other versions kept)."""
+    from rich.table import Table
+
+    from tritonpkg.repository import package_spec
+    from tritonpkg.spec import load_spec
+
+    result = package_spec(load_spec(spec), output, archive=archive)
+    if as_json:
+        print_json({
+            "repository": str(result.repository),
+            "models": result.models,
+            "version": result.version,
+            "files": result.files,
+            "archive": str(result.archive) if result.archive else None,
+        })
+        return
+    table = Table(title=f"packaged {', '.join(result.models)} v{result.version} into {result.repository}",
+                  header_style="bold")
+    table.add_column("file")
+    table.add_column("sha256")
+    for path, digest in sorted(result.files.items()):
+        table.add_row(path, digest[:16])
+    console.print(table)
+    if result.archive:
+        console.print(f"archive: {result.archive}", highlight=False)

@@ -1,0 +1,222 @@
+"""From a Spec to the files of its models: pure (it reads the spec's own files and the templates, writes
+nothing). The result maps repository-relative paths to bytes, so writing, hashing and archiving are
+separate steps and the same spec always yields the same bytes."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tritonpkg import compat
+from tritonpkg.errors import SpecError
+from tritonpkg.repository import config as cfg
+from tritonpkg.repository import templates
+from tritonpkg.spec import Spec
+
+VLLM_INPUTS = (
+    cfg.Tensor("text_input", "TYPE_STRING", (1,)),
+    cfg.Tensor("stream", "TYPE_BOOL", (1,), optional=True),
+    cfg.Tensor("sampling_parameters", "TYPE_STRING", (1,), optional=True),
+    cfg.Tensor("exclude_input_in_output", "TYPE_BOOL", (1,), optional=True),
+)
+VLLM_OUTPUTS = (cfg.Tensor("text_output", "TYPE_STRING", (-1,)),)
+
+
+@dataclass
+class BuiltModel:
+    """One Triton model of a package: its config and the files of one version."""
+
+    name: str
+    version: int
+    role: str  # "vllm", a template name, or "ensemble"
+    files: dict[str, bytes] = field(default_factory=dict)
+
+    @property
+    def config_path(self) -> str:
+        return f"{self.name}/config.pbtxt"
+
+
+def build_models(spec: Spec) -> list[BuiltModel]:
+    if spec.kind == "vllm":
+        return [_vllm_model(spec)]
+    assert spec.python is not None
+    if spec.python.template == "ensemble":
+        return _ensemble_models(spec)
+    return [_python_model(spec, spec.name, spec.python.template, spec.python.parameters)]
+
+
+def engine_args(spec: Spec) -> dict[str, Any]:
+    """model.json: the spec's engine args with the weights location filled in."""
+    args = dict(spec.engine_args)
+    location = spec.weights_location()
+    if location and location.startswith("hf://"):
+        repo, _, revision = location.removeprefix("hf://").partition("@")
+        args.setdefault("model", repo)
+        if revision:
+            args.setdefault("revision", revision)
+    elif location:
+        args.setdefault("model", location)
+    return args
+
+
+def _vllm_model(spec: Spec) -> BuiltModel:
+    config = cfg.ModelConfigSpec(
+        name=spec.name,
+        backend="vllm",
+        inputs=list(VLLM_INPUTS),
+        outputs=list(VLLM_OUTPUTS),
+        decoupled=True,
+        instance_kind="KIND_MODEL",
+    )
+    model = BuiltModel(spec.name, spec.version, "vllm")
+    model.files[model.config_path] = cfg.to_pbtxt(cfg.build(config)).encode()
+    model.files[f"{spec.name}/{spec.version}/model.json"] = _json(engine_args(spec))
+    return model
+
+
+def _tensors(given: list, defaults: list[dict]) -> list[cfg.Tensor]:
+    if given:
+        return [cfg.Tensor.of(t) for t in given]
+    return [cfg.Tensor(d["name"], d["data_type"], tuple(d["dims"]), d.get("optional", False)) for d in defaults]
+
+
+def _instance_kind(spec: Spec) -> str:
+    kind = spec.deployment.instance_kind
+    return "KIND_CPU" if kind == "KIND_AUTO" else kind
+
+
+def _python_model(
+    spec: Spec,
+    name: str,
+    template_name: str,
+    given_params: dict[str, Any],
+    io: tuple[list[cfg.Tensor], list[cfg.Tensor]] | None = None,
+) -> BuiltModel:
+    assert spec.python is not None
+    template = templates.load(template_name)
+    params = templates.resolve_parameters(template, given_params, spec.source)
+    if io is None:
+        d_in, d_out = template.default_io(str(params.get("mode", "")))
+        io = (_tensors(spec.python.inputs, d_in), _tensors(spec.python.outputs, d_out))
+    inputs, outputs = io
+    if not inputs or not outputs:
+        raise SpecError(f"template {template_name!r} needs inputs and outputs", file=spec.source,
+                        field="python.inputs" if not inputs else "python.outputs",
+                        expected="a list of {name, data_type, dims}")
+    config = cfg.ModelConfigSpec(
+        name=name,
+        backend="python",
+        max_batch_size=spec.python.max_batch_size,
+        inputs=inputs,
+        outputs=outputs,
+        instance_kind=_instance_kind(spec),
+        instance_count=spec.python.instance_count,
+    )
+    model = BuiltModel(name, spec.version, template_name)
+    model.files[model.config_path] = cfg.to_pbtxt(cfg.build(config)).encode()
+    context = {
+        "name": name,
+        "version": spec.version,
+        "params": params,
+        "inputs": [_tensor_dict(t) for t in inputs],
+        "outputs": [_tensor_dict(t) for t in outputs],
+        "max_batch_size": spec.python.max_batch_size,
+    }
+    prefix = f"{name}/{spec.version}"
+    for filename, data in templates.render(template, context).items():
+        model.files[f"{prefix}/{filename}"] = data
+    if "module" in params:
+        model.files.update(_user_files(spec, prefix))
+    if "tokenizer" in params:
+        model.files[f"{prefix}/tokenizer/tokenizer.json"] = _tokenizer_json(spec, params["tokenizer"])
+    return model
+
+
+def _ensemble_models(spec: Spec) -> list[BuiltModel]:
+    """tokenize -> model -> detokenize, wired by an ensemble named after the spec."""
+    assert spec.python is not None
+    template = templates.load("ensemble")
+    params = templates.resolve_parameters(template, spec.python.parameters, spec.source)
+    d_in, d_out = template.default_io("ensemble")
+    ens_in = _tensors(spec.python.inputs, d_in)
+    ens_out = _tensors(spec.python.outputs, d_out)
+    if len(ens_in) != 1 or len(ens_out) != 1 or ens_in[0].data_type != "TYPE_STRING" \
+            or ens_out[0].data_type != "TYPE_STRING":
+        raise SpecError("an ensemble takes one text input and gives one text output", file=spec.source,
+                        field="python.inputs/outputs", expected="one TYPE_STRING input and one TYPE_STRING output")
+    ids = ("TYPE_INT64", (-1,))
+    names = {step: f"{spec.name}_{step}" for step in ("tokenize", "model", "detokenize")}
+    tokenize = _python_model(
+        spec, names["tokenize"], "tokenizer",
+        {"tokenizer": params["tokenizer"], "mode": "encode", "add_special_tokens": params["add_special_tokens"]},
+        io=([cfg.Tensor("TEXT", "TYPE_STRING", (1,))],
+            [cfg.Tensor("INPUT_IDS", *ids), cfg.Tensor("ATTENTION_MASK", *ids)]),
+    )
+    model = _python_model(
+        spec, names["model"], "custom", {"module": params["module"], "model": params["model"]},
+        io=([cfg.Tensor("INPUT_IDS", *ids)], [cfg.Tensor("OUTPUT_IDS", *ids)]),
+    )
+    detokenize = _python_model(
+        spec, names["detokenize"], "tokenizer", {"tokenizer": params["tokenizer"], "mode": "decode"},
+        io=([cfg.Tensor("IDS", *ids)], [cfg.Tensor("TEXT", "TYPE_STRING", (1,))]),
+    )
+    steps = [
+        cfg.EnsembleStep(names["tokenize"], {"TEXT": ens_in[0].name}, {"INPUT_IDS": "_ids"}),
+        cfg.EnsembleStep(names["model"], {"INPUT_IDS": "_ids"}, {"OUTPUT_IDS": "_out_ids"}),
+        cfg.EnsembleStep(names["detokenize"], {"IDS": "_out_ids"}, {"TEXT": ens_out[0].name}),
+    ]
+    ensemble = BuiltModel(spec.name, spec.version, "ensemble")
+    config = cfg.ModelConfigSpec(name=spec.name, platform="ensemble", inputs=ens_in, outputs=ens_out,
+                                 instance_kind=None, ensemble_steps=steps)
+    ensemble.files[ensemble.config_path] = cfg.to_pbtxt(cfg.build(config)).encode()
+    ensemble.files[f"{spec.name}/{spec.version}/.keep"] = b""
+    return [tokenize, model, detokenize, ensemble]
+
+
+def _tensor_dict(t: cfg.Tensor) -> dict[str, Any]:
+    return {"name": t.name, "data_type": t.data_type, "dims": list(t.dims), "optional": t.optional}
+
+
+def _user_files(spec: Spec, prefix: str) -> dict[str, bytes]:
+    assert spec.python is not None
+    out: dict[str, bytes] = {}
+    for i, rel in enumerate(spec.python.files):
+        path = spec.resolve(rel)
+        if not path.is_file():
+            raise SpecError(f"file not found: {path}", file=spec.source, field=f"python.files[{i}]",
+                            expected="a file relative to the spec")
+        out[f"{prefix}/{Path(rel).name}"] = path.read_bytes()
+    return out
+
+
+def _tokenizer_json(spec: Spec, rel: str) -> bytes:
+    path = spec.resolve(rel)
+    if path.is_dir():
+        path = path / "tokenizer.json"
+    if not path.is_file():
+        raise SpecError(f"tokenizer not found: {path}", file=spec.source, field="python.parameters.tokenizer",
+                        expected="a tokenizer.json, or a folder holding one")
+    return path.read_bytes()
+
+
+def lock_pins(spec: Spec) -> dict[str, Any]:
+    """The versions a repository entry was built for: its target release and the toolkit's runtime."""
+    release = compat.get_release(spec.target_release)
+    tk = compat.toolkit()
+    return {
+        "target_release": release.release,
+        "ngc_image": release.ngc_image,
+        "server_version": release.server_version,
+        "image_vllm": release.vllm,
+        "image_python": release.python,
+        "stub_numpy": release.stub_numpy,
+        "local_runtime": {"server_version": tk["local_runtime"]["server_version"],
+                          "package": tk["local_runtime"]["package"]},
+        "vllm": tk["vllm"]["version"],
+    }
+
+
+def _json(data: Any) -> bytes:
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()

@@ -1,0 +1,61 @@
+"""tritonpkg.lock.json at the repository root: what each model version was built from (spec hash,
+pinned versions) and the sha256 of every file written, so a deployment can verify what it unpacked."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from tritonpkg import __version__
+from tritonpkg.errors import PackageError
+
+LOCK_NAME = "tritonpkg.lock.json"
+LOCK_VERSION = 1
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def read(repo: Path) -> dict[str, Any]:
+    path = repo / LOCK_NAME
+    if not path.is_file():
+        return {"lock_version": LOCK_VERSION, "models": {}}
+    try:
+        lock = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise PackageError(f"lock file is not JSON: {exc}", file=path, expected="a tritonpkg lock") from exc
+    if lock.get("lock_version") != LOCK_VERSION:
+        raise PackageError("unsupported lock version", file=path, field="lock_version",
+                           expected=str(LOCK_VERSION))
+    return lock
+
+
+def dumps(lock: dict[str, Any]) -> bytes:
+    lock = {**lock, "lock_version": LOCK_VERSION, "tritonpkg": __version__}
+    return (json.dumps(lock, indent=2, sort_keys=True) + "\n").encode()
+
+
+def record(lock: dict[str, Any], name: str, version: int, config_sha: str, entry: dict[str, Any]) -> None:
+    model = lock["models"].setdefault(name, {"versions": {}})
+    model["config_sha256"] = config_sha
+    model["versions"][str(version)] = entry
+
+
+def verify(repo: Path) -> list[str]:
+    """Every file the lock names that is missing or differs, as 'path: reason'."""
+    lock = read(repo)
+    problems: list[str] = []
+    for name, model in sorted(lock["models"].items()):
+        expected = {f"{name}/config.pbtxt": model["config_sha256"]}
+        for entry in model["versions"].values():
+            expected.update(entry["files"])
+        for rel, digest in sorted(expected.items()):
+            path = repo / rel
+            if not path.is_file():
+                problems.append(f"{rel}: missing")
+            elif sha256(path.read_bytes()) != digest:
+                problems.append(f"{rel}: sha256 differs from the lock")
+    return problems

@@ -1,0 +1,101 @@
+"""`tritonpkg package`: spec -> model files (pure) -> staged copy of the repository -> swap into place."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tritonpkg.errors import PackageError
+from tritonpkg.repository import archive as archive_mod
+from tritonpkg.repository import lock as lock_mod
+from tritonpkg.repository.atomic import staged_directory
+from tritonpkg.repository.build import BuiltModel, build_models, lock_pins
+from tritonpkg.repository.pins import check_requirements
+from tritonpkg.spec import Spec
+
+
+@dataclass
+class PackageResult:
+    repository: Path
+    models: list[str]
+    version: int
+    files: dict[str, str] = field(default_factory=dict)  # path -> sha256, for this version's files
+    archive: Path | None = None
+
+
+def spec_sha256(spec: Spec) -> str:
+    canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return lock_mod.sha256(canonical.encode())
+
+
+def package_spec(spec: Spec, repository: str | Path, archive: str | Path | None = None) -> PackageResult:
+    """Build `spec` into `repository`. Other models and other versions already there are kept;
+    the same version of the same model is replaced whole. Nothing changes unless everything succeeds."""
+    repo = Path(repository)
+    if repo.exists() and not repo.is_dir():
+        raise PackageError("output exists and is not a directory", file=repo, expected="a model repository folder")
+    requirements = check_requirements(spec)
+    wheels = _plugin_wheels(spec)
+    models = build_models(spec)
+    result = PackageResult(repository=repo.absolute(), models=[m.name for m in models], version=spec.version)
+
+    with staged_directory(repo) as stage:
+        lock = lock_mod.read(stage)
+        for model in models:
+            _write_model(stage, model)
+            version_files = {p: lock_mod.sha256(d) for p, d in model.files.items() if p != model.config_path}
+            result.files.update({p: lock_mod.sha256(d) for p, d in model.files.items()})
+            lock_mod.record(lock, model.name, model.version, lock_mod.sha256(model.files[model.config_path]), {
+                "package": spec.name,
+                "role": model.role,
+                "kind": spec.kind,
+                "spec_sha256": spec_sha256(spec),
+                "pins": lock_pins(spec),
+                "requirements": requirements,
+                "plugins": sorted(wheels),
+                "files": dict(sorted(version_files.items())),
+            })
+        (stage / lock_mod.LOCK_NAME).write_bytes(lock_mod.dumps(lock))
+        if archive is not None:
+            result.archive = Path(archive).absolute()
+            archive_mod.write(result.archive, _package_files(stage, models, lock), wheels)
+    return result
+
+
+def _write_model(stage: Path, model: BuiltModel) -> None:
+    version_dir = stage / model.name / str(model.version)
+    if version_dir.exists():
+        shutil.rmtree(version_dir)
+    for rel, data in sorted(model.files.items()):
+        path = stage / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        path.chmod(0o644)
+
+
+def _package_files(stage: Path, models: list[BuiltModel], lock: dict) -> dict[str, bytes]:
+    """Every version of this package's models, with a lock restricted to them."""
+    names = {m.name for m in models}
+    files: dict[str, bytes] = {}
+    for name in sorted(names):
+        for path in sorted((stage / name).rglob("*")):
+            if path.is_file():
+                files[path.relative_to(stage).as_posix()] = path.read_bytes()
+    sub = {**lock, "models": {k: v for k, v in lock["models"].items() if k in names}}
+    files[lock_mod.LOCK_NAME] = lock_mod.dumps(sub)
+    return files
+
+
+def _plugin_wheels(spec: Spec) -> dict[str, bytes]:
+    wheels: dict[str, bytes] = {}
+    for i, plugin in enumerate(spec.plugins):
+        if plugin.wheel is None:
+            continue
+        path = spec.resolve(plugin.wheel)
+        if not path.is_file() or path.suffix != ".whl":
+            raise PackageError(f"plugin wheel not found: {path}", file=spec.source, field=f"plugins[{i}].wheel",
+                               expected="a .whl file relative to the spec")
+        wheels[path.name] = path.read_bytes()
+    return wheels
