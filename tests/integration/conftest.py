@@ -1,0 +1,70 @@
+"""One real tritonserver for the Python-backend integration tests: every Python example and template
+packaged into one repository, served once per test session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tritonpkg.repository import package_spec
+from tritonpkg.spec import load_spec
+from tests.conftest import EXAMPLES
+
+PYTHON_EXAMPLES = ("sentiment-custom", "reverse-ensemble")
+
+BATCHED_TOKENIZER = {
+    "name": "batched_tokenizer",
+    "version": 1,
+    "kind": "python",
+    "python": {
+        "template": "tokenizer",
+        "parameters": {"tokenizer": str(EXAMPLES / "tiny-llm" / "tokenizer"), "add_special_tokens": False},
+        "max_batch_size": 4,
+    },
+}
+BATCHED_CUSTOM = {
+    "name": "double",
+    "version": 1,
+    "kind": "python",
+    "python": {
+        "template": "custom",
+        "parameters": {"module": "hooks.py"},
+        "files": ["hooks.py"],
+        "max_batch_size": 8,
+        "inputs": [{"name": "X", "data_type": "FP32", "dims": [3]}],
+        "outputs": [{"name": "Y", "data_type": "FP32", "dims": [3]}],
+    },
+}
+
+
+HOOKS = """
+def model(inputs):
+    if (inputs["X"] < 0).any():
+        raise ValueError("X must be non-negative")
+    return {"Y": inputs["X"] * 2}
+"""
+
+
+@pytest.fixture(scope="session")
+def python_repo(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("python-repo")
+    repo = root / "repository"
+    for name in PYTHON_EXAMPLES:
+        package_spec(load_spec(EXAMPLES / name), repo)
+    for data in (BATCHED_TOKENIZER, BATCHED_CUSTOM):
+        folder = root / data["name"]
+        folder.mkdir()
+        (folder / "hooks.py").write_text(HOOKS)
+        (folder / "tritonpkg.yaml").write_text(yaml.safe_dump(data))
+        package_spec(load_spec(folder), repo)
+    return repo
+
+
+@pytest.fixture(scope="session")
+def python_server(python_repo):
+    from tritonpkg.runtime import TritonServer, ensure_runtime
+
+    with TritonServer(python_repo, runtime=ensure_runtime(), startup_timeout=180) as server:
+        yield server
