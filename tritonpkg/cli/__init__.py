@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from tritonpkg.cli import compat_cmd, package_cmd, runtime_cmd, serve_cmd, spec_cmd, validate_cmd
+from tritonpkg.cli import compat_cmd, demo_cmd, package_cmd, runtime_cmd, serve_cmd, spec_cmd, validate_cmd
 
 app = typer.Typer(
     name="tritonpkg",
@@ -19,6 +19,7 @@ app.command("schema")(spec_cmd.schema)
 app.command("package")(package_cmd.package)
 app.command("validate")(validate_cmd.validate)
 app.command("serve")(serve_cmd.serve)
+app.command("demo")(demo_cmd.demo)
 app.add_typer(compat_cmd.app, name="compat")
 app.add_typer(runtime_cmd.app, name="runtime")
 

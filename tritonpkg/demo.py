@@ -1,0 +1,86 @@
+"""The newcomer's path in one call: package a spec, validate the repository, serve it in the real
+Triton, send the spec's smoke request, stop. Each step reports through `on_step`, so the CLI can show
+progress without this module knowing about terminals."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from tritonpkg.errors import TritonpkgError
+
+
+class DemoError(TritonpkgError):
+    """A demo step failed; the message says which and why."""
+
+
+@dataclass
+class DemoResult:
+    repository: Path
+    models: list[str]
+    model: str
+    request: dict[str, Any]
+    answer: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+    endpoints: dict[str, str] = field(default_factory=dict)
+
+
+def run(spec_path: str | Path, repository: str | Path, on_step: Callable[[str], None] = lambda _: None,
+        startup_timeout: float = 300.0) -> DemoResult:
+    from tritonpkg import smoke
+    from tritonpkg.repository import package_spec
+    from tritonpkg.runtime import TritonServer, ensure_runtime
+    from tritonpkg.spec import load_spec
+    from tritonpkg.validate import validate_repository
+
+    seconds: dict[str, float] = {}
+    t0 = time.monotonic()
+
+    def lap(name: str) -> None:
+        nonlocal t0
+        seconds[name] = round(time.monotonic() - t0, 2)
+        t0 = time.monotonic()
+
+    on_step("package")
+    spec = load_spec(spec_path)
+    request = spec.deployment.smoke_request
+    if not request:
+        raise DemoError("the spec has no smoke request to send", file=spec.source, field="deployment.smoke_request",
+                        expected="input name -> value, e.g. {text_input: hello}")
+    result = package_spec(spec, repository)
+    lap("package")
+
+    on_step("validate")
+    report = validate_repository(result.repository, target_release=spec.target_release)
+    errors = [p for p in report.problems if p.severity == "error"]
+    if errors:
+        raise DemoError("validate found problems:\n" + "\n".join(f"  {p.file}: {p.field or ''} {p.message}"
+                                                                 for p in errors), file=result.repository)
+    lap("validate")
+
+    on_step("runtime")
+    runtime = ensure_runtime()
+    lap("runtime")
+
+    on_step("serve")
+    with TritonServer(result.repository, runtime=runtime, startup_timeout=startup_timeout) as server:
+        lap("serve")
+        on_step("request")
+        answer = smoke.send(server.http_url, spec.name, request)
+        lap("request")
+        endpoints = {"http": server.http_url, "grpc": server.grpc_url, "metrics": server.metrics_url}
+        on_step("stop")
+    lap("stop")
+    return DemoResult(
+        repository=result.repository,
+        models=result.models,
+        model=spec.name,
+        request=request,
+        answer=answer,
+        warnings=[f"{p.file}: {p.message}" for p in report.problems if p.severity == "warning"],
+        seconds=seconds,
+        endpoints=endpoints,
+    )
