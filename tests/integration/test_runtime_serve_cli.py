@@ -1,0 +1,158 @@
+"""`tritonpkg serve` as a user runs it: a separate process, stopped with SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tritonpkg.runtime import ensure_runtime, free_ports
+
+pytestmark = pytest.mark.integration
+
+CONFIG = """
+name: "{name}"
+backend: "python"
+max_batch_size: 0
+input [ {{ name: "X" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+"""
+ECHO = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy())])
+                for r in requests]
+"""
+BROKEN = """
+class TritonPythonModel:
+    def initialize(self, args):
+        raise ValueError("model.py refuses to start: missing weights")
+"""
+
+
+def make_repo(root: Path, models: dict[str, str]) -> Path:
+    for name, code in models.items():
+        (root / name / "1").mkdir(parents=True)
+        (root / name / "config.pbtxt").write_text(CONFIG.format(name=name))
+        (root / name / "1" / "model.py").write_text(textwrap.dedent(code))
+    return root
+
+
+def group_pids(pgid: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                pids.append(int(entry.name))
+    return pids
+
+
+@pytest.fixture(scope="module")
+def cli_env(tmp_path_factory) -> dict[str, str]:
+    cache = tmp_path_factory.mktemp("cli-cache")
+    env = {**os.environ, "TRITONPKG_CACHE": str(cache), "NO_COLOR": "1", "COLUMNS": "200"}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRITONPKG_CACHE", str(cache))
+        ensure_runtime()
+    return env
+
+
+def tritonpkg(*args: str) -> list[str]:
+    return [sys.executable, "-m", "tritonpkg", *args]
+
+
+def read_json_document(stream) -> dict:
+    """print_json writes one indented document; read lines until it parses."""
+    text = ""
+    for line in stream:
+        text += line
+        if line.rstrip() == "}":
+            return json.loads(text)
+    raise AssertionError(f"no JSON document in output: {text!r}")
+
+
+def test_serve_answers_ready_and_exits_zero_on_sigterm(cli_env, tmp_path) -> None:
+    repo = make_repo(tmp_path / "repo", {"echo": ECHO})
+    http, grpc, metrics = free_ports(3)
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        tritonpkg("serve", str(repo), "--http-port", str(http), "--grpc-port", str(grpc),
+                  "--metrics-port", str(metrics), "--timeout", "60", "--json"),
+        env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        info = read_json_document(proc.stdout)
+        print(f"`tritonpkg serve` ready after {time.monotonic() - started:.2f} s "
+              f"(server start-up {info['startup_seconds']} s)")
+        assert info["http_url"] == f"http://127.0.0.1:{http}"
+        assert info["grpc_url"] == f"127.0.0.1:{grpc}"
+        assert [m["name"] for m in info["models"]] == ["echo"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready", timeout=5) as resp:
+            assert resp.status == 200
+        server_pgid = info["pid"]
+        assert group_pids(server_pgid)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert group_pids(server_pgid) == []
+    assert group_pids(proc.pid) == []  # nothing left in the CLI's own group either
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready", timeout=2)
+
+
+def test_serve_with_a_broken_model_exits_nonzero_and_shows_the_log_tail(cli_env, tmp_path) -> None:
+    repo = make_repo(tmp_path / "repo", {"echo": ECHO, "broken": BROKEN})
+    proc = subprocess.run(tritonpkg("serve", str(repo), "--http-port", "0", "--grpc-port", "0",
+                                    "--metrics-port", "0", "--timeout", "60"),
+                          env=cli_env, capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 1
+    assert "exited with code" in proc.stderr
+    assert "model.py refuses to start: missing weights" in proc.stderr
+    assert "full log:" in proc.stderr
+
+
+def test_serve_refuses_a_port_in_use(cli_env, tmp_path) -> None:
+    import socket
+
+    repo = make_repo(tmp_path / "repo", {"echo": ECHO})
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        busy = s.getsockname()[1]
+        proc = subprocess.run(tritonpkg("serve", str(repo), "--http-port", str(busy), "--grpc-port", "0",
+                                        "--metrics-port", "0"), env=cli_env, capture_output=True, text=True,
+                              timeout=60)
+    assert proc.returncode == 1
+    assert f"port {busy}" in proc.stderr and "http_port" in proc.stderr
+
+
+def test_runtime_info_and_install_json(cli_env) -> None:
+    out = subprocess.run(tritonpkg("runtime", "install", "--json"), env=cli_env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    installed = json.loads(out.stdout)
+    assert installed["version"] == "2.51.0"
+    info = subprocess.run(tritonpkg("runtime", "info", "--json"), env=cli_env, capture_output=True, text=True,
+                          timeout=60)
+    report = json.loads(info.stdout)
+    assert report["installed"] and report["server_bin"] == installed["server_bin"]
+    assert report["stub_python"] == f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert {b["name"] for b in report["backends"]} >= {"python"}
+    assert all(b["ok"] for b in report["backends"])
