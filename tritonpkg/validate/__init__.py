@@ -1,0 +1,50 @@
+"""`tritonpkg validate`: predict, before deploying, what Triton 2.51 (or the target release) and vLLM
+would reject when loading a model repository. Every problem is reported, each with file, line,
+column, model and field; error = the server would refuse to load it, warning = it loads but is wrong.
+
+    report = validate_repository(Path("repo"), target_release="24.10", contract=Path("contract.json"))
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tritonpkg import compat, paths
+from tritonpkg.errors import TritonpkgError
+from tritonpkg.validate.context import Context, count_gpus
+from tritonpkg.validate.contract import check_contract, load_contract
+from tritonpkg.validate.loaded import load_repository
+from tritonpkg.validate.registry import run_rules
+from tritonpkg.validate.report import Problem, Report
+
+__all__ = ["validate_repository", "Problem", "Report", "ValidateError"]
+
+
+class ValidateError(TritonpkgError):
+    """The repository or contract cannot be validated at all (missing path, unreadable contract)."""
+
+
+def validate_repository(repo: Path, target_release: str | None = None, contract: Path | None = None) -> Report:
+    """Check every model in `repo`. `target_release`: a Triton release from the compatibility matrix,
+    or 'local' (default: the toolkit's own runtime, Triton 2.51 + pinned vLLM on this machine)."""
+    repo = Path(repo)
+    if not repo.is_dir():
+        raise ValidateError("model repository not found", file=repo, expected="a directory of model directories")
+    target = target_release or compat.LOCAL
+    if target != compat.LOCAL:
+        compat.get_release(target)  # raises CompatError naming the known releases
+    models = load_repository(repo.resolve())
+    ctx = Context(repo=repo.resolve(), target=target, models={m.name: m for m in models},
+                  gpu_count=count_gpus(), backends_dir=paths.backends_dir())
+    problems = run_rules(models, ctx)
+    problems += _stray_repo_files(repo)
+    if contract is not None:
+        problems += check_contract(load_contract(Path(contract)), ctx)
+    return Report(problems=problems, models=[m.name for m in models], target_release=target)
+
+
+def _stray_repo_files(repo: Path) -> list[Problem]:
+    return [Problem(rule="layout.stray", severity="warning", file=p.name,
+                    message=f"stray file {p.name!r} at the repository root: Triton ignores it",
+                    expected="only model directories")
+            for p in sorted(repo.iterdir()) if p.is_file() and not p.name.startswith(".")]

@@ -1,0 +1,123 @@
+"""Load each model directory once (config parsed, locations, files, model.json) so rules stay pure."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as pb
+
+from tritonpkg.validate.locate import Location, field_locations, lookup
+from tritonpkg.validate.report import Problem, Severity
+
+CONFIG = "config.pbtxt"
+ENGINE_ARGS = "model.json"
+VERSION_RE = re.compile(r"^-?[0-9]+$")
+
+
+@dataclass
+class LoadedModel:
+    name: str
+    path: Path
+    repo: Path
+    config: pb.ModelConfig | None = None
+    config_text: str | None = None
+    locs: dict[str, Location] = field(default_factory=dict)
+    parse_error: tuple[str, int | None, int | None] | None = None
+    entries: list[str] = field(default_factory=list)
+    versions: dict[int, Path] = field(default_factory=dict)
+    engine_args: dict[str, Any] | None = None
+    engine_args_file: Path | None = None
+    engine_args_error: str | None = None
+
+    @property
+    def has_config_file(self) -> bool:
+        return self.config_text is not None
+
+    @property
+    def backend(self) -> str:
+        """The backend Triton will use: config's, or 'python' when auto-completed from a model.py."""
+        cfg = self.config
+        if cfg is not None and cfg.backend:
+            return cfg.backend
+        if cfg is not None and cfg.platform:
+            return _PLATFORM_BACKEND.get(cfg.platform, cfg.platform)
+        if any((d / "model.py").is_file() for d in self.versions.values()):
+            return "python"
+        return ""
+
+    @property
+    def is_ensemble(self) -> bool:
+        return self.config is not None and self.config.platform == "ensemble"
+
+    def rel(self, p: Path) -> str:
+        return p.relative_to(self.repo).as_posix()
+
+    @property
+    def config_rel(self) -> str:
+        return self.rel(self.path / CONFIG)
+
+    def problem(self, rule: str, severity: Severity, message: str, *, field: str | None = None,
+                expected: str | None = None, file: Path | None = None,
+                at: Location | None = None) -> Problem:
+        """A Problem located at `field` in config.pbtxt (or in `file` when given)."""
+        loc = at if at is not None else (lookup(self.locs, field) if file is None else None)
+        return Problem(rule=rule, severity=severity, file=self.rel(file) if file else self.config_rel,
+                       line=loc[0] if loc else None, column=loc[1] if loc else None,
+                       model=self.name, field=field, message=message, expected=expected)
+
+
+_PLATFORM_BACKEND = {
+    "onnxruntime_onnx": "onnxruntime", "tensorrt_plan": "tensorrt", "pytorch_libtorch": "pytorch",
+    "tensorflow_savedmodel": "tensorflow", "tensorflow_graphdef": "tensorflow",
+}
+
+
+def load_model(repo: Path, path: Path) -> LoadedModel:
+    m = LoadedModel(name=path.name, path=path, repo=repo)
+    m.entries = sorted(p.name for p in path.iterdir() if not p.name.startswith("."))
+    for entry in m.entries:
+        if (path / entry).is_dir() and VERSION_RE.match(entry):
+            m.versions[int(entry)] = path / entry
+    cfg_file = path / CONFIG
+    if cfg_file.is_file():
+        m.config_text = cfg_file.read_text(errors="replace")
+        cfg = pb.ModelConfig()
+        try:
+            text_format.Parse(m.config_text, cfg)
+            m.config = cfg
+            m.locs = field_locations(m.config_text, pb.ModelConfig.DESCRIPTOR)
+        except text_format.ParseError as exc:
+            msg = str(exc)
+            msg = re.sub(r"^\d+:\d+ : ", "", msg)
+            m.parse_error = (msg, exc.GetLine(), exc.GetColumn())
+    elif m.backend == "python":
+        m.config = pb.ModelConfig(name=m.name, backend="python")  # what Triton auto-completes
+    _load_engine_args(m)
+    return m
+
+
+def _load_engine_args(m: LoadedModel) -> None:
+    """model.json of the newest version that has one (the version the vllm backend serves)."""
+    for v in sorted(m.versions, reverse=True):
+        f = m.versions[v] / ENGINE_ARGS
+        if f.is_file():
+            m.engine_args_file = f
+            try:
+                data = json.loads(f.read_text())
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                m.engine_args_error = f"not valid JSON: {exc}"
+                return
+            if not isinstance(data, dict):
+                m.engine_args_error = "must be a JSON object of engine arguments"
+                return
+            m.engine_args = data
+            return
+
+
+def load_repository(repo: Path) -> list[LoadedModel]:
+    return [load_model(repo, p) for p in sorted(repo.iterdir()) if p.is_dir() and not p.name.startswith(".")]

@@ -1,0 +1,33 @@
+"""Every rule, in report order. Model rules see one model (plus the Context); repo rules see all."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from tritonpkg.validate.context import Context
+from tritonpkg.validate.loaded import LoadedModel
+from tritonpkg.validate.report import Problem
+from tritonpkg.validate.rules import backend, batching, engine_args, ensemble, instances, layout, runtime, tensors, versions
+
+
+def config_syntax(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
+    """config.pbtxt must parse as Triton's ModelConfig (the server: 'failed to read text proto')."""
+    if m.parse_error is not None:
+        msg, line, col = m.parse_error
+        yield m.problem("config.syntax", "error", msg, at=(line, col) if line else None,
+                        expected="text-format ModelConfig (see model_config.proto)")
+
+
+MODEL_RULES = [config_syntax, *layout.RULES, *versions.RULES, *backend.RULES, *tensors.RULES,
+               *batching.RULES, *instances.RULES, *ensemble.RULES, *engine_args.RULES, *runtime.RULES]
+REPO_RULES = [*runtime.REPO_RULES]
+
+
+def run_rules(models: list[LoadedModel], ctx: Context) -> list[Problem]:
+    problems: list[Problem] = []
+    for m in models:
+        for rule in MODEL_RULES:
+            problems.extend(rule(m, ctx))
+    for repo_rule in REPO_RULES:
+        problems.extend(repo_rule(models, ctx))
+    return problems

@@ -1,0 +1,57 @@
+"""What validation returns: a flat list of Problems (each locating itself) wrapped in a Report."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, computed_field
+
+Severity = Literal["error", "warning"]
+
+
+class Problem(BaseModel):
+    """One finding. `error` = the real server (or vLLM) would reject it at load; `warning` = it loads,
+    but something is probably wrong (ignored settings, remote weights, version drift)."""
+
+    rule: str
+    severity: Severity
+    file: str
+    line: int | None = None
+    column: int | None = None
+    model: str | None = None
+    field: str | None = None
+    message: str
+    expected: str | None = None
+
+    def where(self) -> str:
+        parts = [self.file]
+        if self.line is not None:
+            parts.append(str(self.line))
+            if self.column is not None:
+                parts.append(str(self.column))
+        return ":".join(parts)
+
+
+class Report(BaseModel):
+    problems: list[Problem] = []
+    models: list[str] = []
+    target_release: str | None = None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def ok(self) -> bool:
+        return not any(p.severity == "error" for p in self.problems)
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "warning"]
+
+    def rules(self) -> list[str]:
+        return [p.rule for p in self.problems]
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")

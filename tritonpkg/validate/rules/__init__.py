@@ -1,0 +1,1 @@
+"""One module per family of rules. A rule is a pure function (LoadedModel, Context) -> Problems."""

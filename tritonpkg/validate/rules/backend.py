@@ -1,0 +1,94 @@
+"""Which backend runs the model, and what that backend demands of the config.
+
+Real 2.51 behaviour: no backend/platform in config.pbtxt loads only with a model.py (auto-completed to
+python); an unknown backend fails with "unable to find backend library for backend 'x'";
+`ensemble_scheduling` on a non-ensemble fails at poll. Decoupled vs a plain python model.py loads
+either way (it fails per request), but a backend whose code raises unless decoupled fails at load."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from functools import lru_cache
+from pathlib import Path
+
+from tritonpkg.validate.context import Context
+from tritonpkg.validate.loaded import LoadedModel
+from tritonpkg.validate.report import Problem
+
+
+def backend_known(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
+    cfg = m.config
+    if cfg is None or m.is_ensemble:
+        return
+    if not cfg.backend and not cfg.platform:
+        if m.backend != "python":
+            yield m.problem("backend.missing", "error", "neither backend nor platform is set and no model.py exists",
+                            field="backend", expected='backend: "python" or backend: "vllm"')
+        return
+    available = ctx.available_backends()
+    if available is not None and m.backend not in available:
+        where = "the local runtime" if ctx.is_local else f"the {ctx.target} vLLM image"
+        yield m.problem("backend.unavailable", "error" if ctx.is_local else "warning",
+                        f"backend {m.backend!r} is not available on {where}",
+                        field="backend" if cfg.backend else "platform", expected=" or ".join(sorted(available)))
+
+
+def ensemble_scheduling(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
+    cfg = m.config
+    if cfg is None:
+        return
+    if cfg.HasField("ensemble_scheduling") and not m.is_ensemble:
+        yield m.problem("backend.ensemble-scheduling", "error",
+                        "ensemble_scheduling is set but the platform is not 'ensemble'",
+                        field="ensemble_scheduling", expected='platform: "ensemble"')
+    if m.is_ensemble and not cfg.HasField("ensemble_scheduling"):
+        yield m.problem("backend.ensemble-scheduling", "error", "platform 'ensemble' without ensemble_scheduling",
+                        field="platform", expected="ensemble_scheduling { step [ ... ] }")
+
+
+def decoupled_policy(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
+    cfg = m.config
+    if cfg is None or m.is_ensemble:
+        return
+    decoupled = cfg.model_transaction_policy.decoupled
+    if m.backend not in ("python", "") and ctx.backends_dir is not None:
+        src = ctx.backends_dir / m.backend / "model.py"
+        if src.is_file() and _requires_decoupled(src) and not decoupled:
+            yield m.problem("backend.decoupled", "error",
+                            f"backend {m.backend!r} refuses to load unless the model is decoupled",
+                            field="model_transaction_policy", expected="model_transaction_policy { decoupled: true }")
+        return
+    if m.backend == "python":
+        for v in sorted(m.versions):
+            src = m.versions[v] / (cfg.default_model_filename or "model.py")
+            if not src.is_file():
+                continue
+            sends = "get_response_sender" in src.read_text(errors="replace")
+            if sends and not decoupled:
+                yield m.problem("backend.decoupled", "warning",
+                                f"{m.rel(src)} uses get_response_sender but the model is not decoupled: "
+                                "requests will fail", field="model_transaction_policy",
+                                expected="model_transaction_policy { decoupled: true }")
+            break
+
+
+@lru_cache(maxsize=16)
+def _requires_decoupled(src: Path) -> bool:
+    """True when the backend raises on `not using_decoupled_model_transaction_policy(...)`, or its
+    auto_complete_config forces decoupled (which conflicts with an explicit `decoupled: false`)."""
+    try:
+        tree = ast.parse(src.read_text())
+    except (SyntaxError, UnicodeDecodeError):
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.UnaryOp) and isinstance(node.test.op, ast.Not):
+            call = node.test.operand
+            if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                    and call.func.attr == "using_decoupled_model_transaction_policy"
+                    and any(isinstance(n, ast.Raise) for n in ast.walk(node))):
+                return True
+    return False
+
+
+RULES = [backend_known, ensemble_scheduling, decoupled_policy]
