@@ -165,11 +165,13 @@ def test_batching(tmp_path):
     model(tmp_path, "m", py("max_batch_size: 4\ndynamic_batching { preferred_batch_size: [ 0, 8 ] }\n"))
     model(tmp_path, "n", py("max_batch_size: -1\n"))
     model(tmp_path, "w", py("dynamic_batching { }\n"))
+    model(tmp_path, "z", py("dynamic_batching { preferred_batch_size: [ 4 ] }\n"))
     report = run(tmp_path)
     assert [(p.model, p.field) for p in only(report, "batching.preferred")] == [
-        ("m", "dynamic_batching.preferred_batch_size[0]"), ("m", "dynamic_batching.preferred_batch_size[1]")]
+        ("m", "dynamic_batching.preferred_batch_size[0]"), ("m", "dynamic_batching.preferred_batch_size[1]"),
+        ("z", "dynamic_batching.preferred_batch_size[0]")]
     assert [p.model for p in only(report, "batching.max-batch-size")] == ["n"]
-    assert [(p.model, p.severity) for p in only(report, "batching.dynamic-without-batch")] == [("w", "warning")]
+    assert [(p.model, p.severity) for p in only(report, "batching.dynamic-without-batch")] == [("w", "warning"), ("z", "warning")]
 
 
 def test_instance_groups(tmp_path):
@@ -292,6 +294,14 @@ def test_ensemble_batch_size_and_missing_maps(tmp_path):
     report = run(tmp_path)
     assert [(p.model, p.field) for p in only(report, "ensemble.batch-size")] == [("e", "max_batch_size")]
     assert [(p.model, p.field) for p in only(report, "ensemble.step-map")] == [("f", "ensemble_scheduling.step[0]")]
+
+
+def test_ensemble_unmapped_required_input(tmp_path):
+    model(tmp_path, "a", A.replace("input [", 'input [ { name: "A_OPT" data_type: TYPE_FP32 dims: [ 4 ] optional: true },'
+                                              ' { name: "A_REQ" data_type: TYPE_FP32 dims: [ 4 ] },'))
+    model(tmp_path, "e", ENS, {"1/": ""})
+    (p,) = only(run(tmp_path), "ensemble.step-input-missing")
+    assert (p.field, p.line) == ("ensemble_scheduling.step[0].input_map", 5) and "A_REQ" in p.message
 
 
 def test_ensemble_cycle_between_ensembles(tmp_path):

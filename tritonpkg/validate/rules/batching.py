@@ -28,7 +28,7 @@ def batching(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
             if p <= 0:
                 yield m.problem("batching.preferred", "error", f"preferred_batch_size {p} is not positive",
                                 field=f"dynamic_batching.preferred_batch_size[{i}]", expected=">= 1")
-            elif mbs > 0 and p > mbs:
+            elif p > max(mbs, 0):  # with max_batch_size 0 any preferred size fails (seen on 2.51)
                 yield m.problem("batching.preferred", "error",
                                 f"preferred_batch_size {p} exceeds max_batch_size {mbs}",
                                 field=f"dynamic_batching.preferred_batch_size[{i}]", expected=f"<= {mbs}")

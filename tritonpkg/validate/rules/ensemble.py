@@ -81,6 +81,11 @@ def ensemble(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
                                     field=f"{path}.input_map[{key}]", expected=f"one of {sorted(sub_in)}")
                 continue
             decl.setdefault(value, []).append((io.data_type, list(io.dims), sub.name, f"{path}.input_map[{key}]"))
+        for key, io in sub_in.items():
+            if key not in step.input_map and not io.optional and step.input_map:
+                yield m.problem("ensemble.step-input-missing", "error",
+                                f"input {key!r} of {sub.name!r} is not mapped to any ensemble tensor in step {s}",
+                                field=f"{path}.input_map", expected=f"input_map {{ key: \"{key}\" value: ... }}")
         for key, value in step.output_map.items():
             io = sub_out.get(key)
             if io is None:
