@@ -96,6 +96,11 @@ class TritonPythonModel:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.sampling_params import RequestOutputKind
 
+        try:
+            from vllm.exceptions import VLLMClientError
+        except ImportError:
+            VLLMClientError = ValueError
+        self._client_errors = (ValueError, VLLMClientError)  # the request's fault: no traceback in the log
         self._SamplingParams = SamplingParams
         self._RequestOutputKind = RequestOutputKind
         self.logger = pb_utils.Logger
@@ -247,7 +252,7 @@ class TritonPythonModel:
             return msgspec.convert(params, self._SamplingParams, strict=False)
         except msgspec.ValidationError as exc:
             raise RequestError(f"invalid sampling parameters: {exc}") from exc
-        except (ValueError, TypeError) as exc:
+        except (TypeError, *self._client_errors) as exc:
             raise RequestError(f"invalid sampling parameters: {exc}") from exc
 
     async def _generate(self, sender, prompt: str, sampling, stream: bool, prepend: bool):
@@ -257,7 +262,7 @@ class TritonPythonModel:
         prefix = prompt if prepend else ""
         final_sent = False
         try:
-            async for output in self.engine.generate({"prompt": prompt}, sampling, request_id):
+            async for output in self.engine.generate(await self._render(prompt), sampling, request_id):
                 if watcher.done():
                     break
                 texts = [prefix + completion.text for completion in output.outputs]
@@ -272,14 +277,26 @@ class TritonPythonModel:
         except Exception as exc:
             await _quietly(self.engine.abort(request_id))
             if not watcher.done():
-                self.logger.log_error(f"[vllm] request {request_id} failed: {traceback.format_exc()}")
-                self._send_error(sender, f"vLLM failed the request: {type(exc).__name__}: {exc}")
+                if isinstance(exc, self._client_errors):
+                    self._send_error(sender, f"vLLM rejected the request: {exc}")
+                else:
+                    self.logger.log_error(f"[vllm] request {request_id} failed: {traceback.format_exc()}")
+                    self._send_error(sender, f"vLLM failed the request: {type(exc).__name__}: {exc}")
                 final_sent = True
         finally:
             watcher.cancel()
             self._requests.pop(request_id, None)
             if not final_sent:
                 self._send_final(sender, cancelled=watcher.done() and not watcher.cancelled())
+
+    async def _render(self, prompt: str):
+        """Tokenize through vLLM's renderer (raw prompt strings are deprecated in vLLM 0.32's
+        AsyncLLM); older vLLMs without a renderer take the text prompt itself."""
+        renderer = getattr(self.engine, "renderer", None)
+        if renderer is None or not hasattr(renderer, "render_cmpl_async"):
+            return {"prompt": prompt}
+        (engine_input,) = await renderer.render_cmpl_async([{"prompt": prompt}])
+        return engine_input
 
     async def _watch_cancellation(self, sender, request_id: str):
         """Abort the vLLM request once Triton reports the client gone (polled: the stub has no callback)."""

@@ -165,6 +165,17 @@ def test_unknown_sampling_key_is_an_error_naming_it(server):
     assert error is not None and "lora_name" in error
 
 
+def test_bad_values_and_too_long_prompts_are_error_responses(server):
+    status, body = generate(server, {"text_input": PROMPT, "parameters": {"max_tokens": "many"}})
+    assert status != 200 and "max_tokens" in body["error"]
+    status, body = generate(server, {"text_input": PROMPT, "parameters": {"temperature": -1}})
+    assert status != 200 and "temperature" in body["error"]
+    status, body = generate(server, {"text_input": "hello world " * 200, "parameters": {"max_tokens": 4}})
+    assert status != 200 and "context length" in body["error"]
+    status, body = generate(server, {"text_input": PROMPT, "parameters": {"max_tokens": 2}})
+    assert status == 200, body
+
+
 def test_max_tokens_is_respected(server, tokenizer):
     allowed = word_token_ids(tokenizer)
     assert len(allowed) > 10
