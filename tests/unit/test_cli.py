@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from tritonpkg.cli import app
+
+HEAVY = ("tritonclient", "numpy", "jinja2", "google.protobuf", "vllm", "torch", "tritonpkg.repository",
+         "tritonpkg.validate", "tritonpkg.runtime")
+
+
+def all_command_paths() -> list[list[str]]:
+    root = typer.main.get_command(app)
+    paths: list[list[str]] = [[]]
+
+    def walk(cmd, prefix: list[str]) -> None:
+        for name, sub in getattr(cmd, "commands", {}).items():
+            paths.append(prefix + [name])
+            walk(sub, prefix + [name])
+
+    walk(root, [])
+    return paths
+
+
+@pytest.mark.parametrize("path", all_command_paths(), ids=lambda p: " ".join(p) or "tritonpkg")
+def test_every_command_has_help(path):
+    result = CliRunner().invoke(app, [*path, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.output
+
+
+def test_help_imports_no_heavy_module():
+    """`tritonpkg --help` stays fast because commands import the library only when they run."""
+    code = (
+        "import sys\nfrom tritonpkg.cli import app\n"
+        "from typer.testing import CliRunner\nCliRunner().invoke(app, ['--help'])\n"
+        f"print([m for m in {HEAVY!r} if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_commands_that_machines_read_offer_json():
+    for path in (["package"], ["validate"], ["compat"], ["compat", "check"], ["runtime", "info"], ["demo"]):
+        result = CliRunner().invoke(app, [*path, "--help"])
+        assert "--json" in result.output, path
+
+
+def test_schema_is_json():
+    assert "properties" in json.loads(CliRunner().invoke(app, ["schema"]).stdout)
