@@ -14,7 +14,7 @@ import pytest
 
 from tritonpkg.errors import RuntimeSetupError
 from tritonpkg.runtime import RuntimeSource, ensure_runtime, find_runtime
-from tritonpkg.runtime.layout import MARKER
+from tritonpkg.runtime.layout import MARKER, backend_root
 from tritonpkg.runtime.source import python_stub
 
 
@@ -125,7 +125,7 @@ def test_concurrent_installs_produce_one_complete_runtime(tmp_path: Path, toolki
         t.join()
     assert not errors and len(results) == 8
     assert sorted(p.name for p in cache.iterdir()) == [".install.lock", "backends", "triton-2.51.0"]
-    assert sorted(p.name for p in (cache / "backends").iterdir()) == ["python", "vllm"]
+    assert sorted(p.name for p in backend_root(cache).iterdir()) == ["python", "vllm"]
 
 
 def test_missing_nvidia_pytriton_says_what_to_install(tmp_path: Path) -> None:

@@ -6,8 +6,12 @@ libraries in the cache exactly as they do in site-packages."""
 
 from __future__ import annotations
 
+import hashlib
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tritonpkg import paths
 
 MARKER = ".tritonpkg-runtime.json"
 """Written last into a staged install; a directory without it is never treated as a runtime."""
@@ -31,7 +35,11 @@ def libs_dir(root: Path) -> Path:
 
 
 def backend_root(cache: Path) -> Path:
-    return cache / "backends"
+    """One backend directory per (interpreter, project checkout): the stub and the linked toolkit
+    backends belong to them, so two venvs or two clones sharing a cache never swap each other's."""
+    key = f"{sys.prefix}\0{paths.backends_dir().resolve()}"
+    tag = f"py{sys.version_info.major}.{sys.version_info.minor}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    return cache / "backends" / tag
 
 
 @dataclass(frozen=True)
