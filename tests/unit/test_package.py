@@ -198,3 +198,22 @@ def test_cli_package_json_and_error_exit(tmp_path):
     bad = runner.invoke(app, ["package", str(tmp_path / "missing"), "-o", str(tmp_path / "r")])
     assert bad.exit_code == 1
     assert "spec file not found" in bad.stderr
+
+
+def test_requirements_are_written_beside_the_code_and_validate_reads_them(write_spec, tmp_path):
+    from tritonpkg.validate import validate_repository
+
+    spec = load_spec(write_spec(custom_spec(1, requirements=["regex>=2024"]), extra_files={"hooks.py": HOOKS}))
+    package_spec(spec, tmp_path / "r")
+    assert (tmp_path / "r" / "double" / "1" / "requirements.txt").read_text() == "regex>=2024\n"
+    report = validate_repository(tmp_path / "r", target_release="24.10")
+    assert report.errors == [] and not [p for p in report.problems if p.rule == "layout.stray"]
+
+
+def test_validate_warns_when_files_drift_from_the_lock(write_spec, tmp_path):
+    from tritonpkg.validate import validate_repository
+
+    package_spec(load_spec(write_spec(custom_spec(1), extra_files={"hooks.py": HOOKS})), tmp_path / "r")
+    (tmp_path / "r" / "double" / "1" / "hooks.py").write_text("def model(inputs):\n    return inputs\n")
+    drift = [p for p in validate_repository(tmp_path / "r").problems if p.rule == "lock.drift"]
+    assert [(p.file, p.severity) for p in drift] == [("double/1/hooks.py", "warning")]

@@ -38,13 +38,22 @@ class BuiltModel:
         return f"{self.name}/config.pbtxt"
 
 
-def build_models(spec: Spec) -> list[BuiltModel]:
+def build_models(spec: Spec, requirements: list[str] | None = None) -> list[BuiltModel]:
+    """The models of `spec`; `requirements` (already checked against the pins) are written beside
+    each model's code as requirements.txt, where validate and the serving runtime read them."""
     if spec.kind == "vllm":
-        return [_vllm_model(spec)]
-    assert spec.python is not None
-    if spec.python.template == "ensemble":
-        return _ensemble_models(spec)
-    return [_python_model(spec, spec.name, spec.python.template, spec.python.parameters)]
+        models = [_vllm_model(spec)]
+    elif spec.python is not None and spec.python.template == "ensemble":
+        models = _ensemble_models(spec)
+    else:
+        assert spec.python is not None
+        models = [_python_model(spec, spec.name, spec.python.template, spec.python.parameters)]
+    if requirements:
+        text = ("\n".join(requirements) + "\n").encode()
+        for m in models:
+            if m.role != "ensemble":
+                m.files[f"{m.name}/{m.version}/requirements.txt"] = text
+    return models
 
 
 def engine_args(spec: Spec) -> dict[str, Any]:

@@ -38,7 +38,7 @@ def package_spec(spec: Spec, repository: str | Path, archive: str | Path | None 
         raise PackageError("output exists and is not a directory", file=repo, expected="a model repository folder")
     requirements = check_requirements(spec)
     wheels = _plugin_wheels(spec)
-    models = build_models(spec)
+    models = build_models(spec, requirements)
     result = PackageResult(repository=repo.absolute(), models=[m.name for m in models], version=spec.version)
 
     with staged_directory(repo) as stage:

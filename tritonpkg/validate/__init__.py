@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tritonpkg import compat, paths
 from tritonpkg.errors import TritonpkgError
+from tritonpkg.repository.lock import LOCK_NAME, verify as verify_lock
 from tritonpkg.validate.context import Context, count_gpus
 from tritonpkg.validate.contract import check_contract, load_contract
 from tritonpkg.validate.loaded import load_repository
@@ -38,6 +39,7 @@ def validate_repository(repo: Path, target_release: str | None = None, contract:
                   gpu_count=count_gpus(), backends_dir=paths.backends_dir())
     problems = run_rules(models, ctx)
     problems += _stray_repo_files(repo)
+    problems += _lock_drift(repo)
     if contract is not None:
         problems += check_contract(load_contract(Path(contract)), ctx)
     return Report(problems=problems, models=[m.name for m in models], target_release=target)
@@ -47,4 +49,16 @@ def _stray_repo_files(repo: Path) -> list[Problem]:
     return [Problem(rule="layout.stray", severity="warning", file=p.name,
                     message=f"stray file {p.name!r} at the repository root: Triton ignores it",
                     expected="only model directories")
-            for p in sorted(repo.iterdir()) if p.is_file() and not p.name.startswith(".")]
+            for p in sorted(repo.iterdir())
+            if p.is_file() and not p.name.startswith(".") and p.name != LOCK_NAME]
+
+
+def _lock_drift(repo: Path) -> list[Problem]:
+    """Files changed or removed since `tritonpkg package` wrote the lock: what runs is no longer what
+    was validated and pinned."""
+    if not (repo / LOCK_NAME).is_file():
+        return []
+    return [Problem(rule="lock.drift", severity="warning", file=line.split(":", 1)[0],
+                    message=f"{line.split(': ', 1)[1]} (the repository changed after packaging)",
+                    expected=f"the file recorded in {LOCK_NAME}; re-run tritonpkg package")
+            for line in verify_lock(repo)]
