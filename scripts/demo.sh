@@ -9,4 +9,6 @@ EXAMPLE=${1:-examples/tiny-llm}
 if [ -f "$EXAMPLE/make_tiny_llm.py" ]; then
   .venv/bin/python "$EXAMPLE/make_tiny_llm.py"
 fi
+# vLLM on the CPU: a small KV cache is plenty for the tiny model (GiB).
+export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}
 exec .venv/bin/tritonpkg demo "$EXAMPLE" -o model_repository
