@@ -1,0 +1,70 @@
+"""The acceptance bar of `tritonpkg validate`: it must predict the real Triton 2.51 server.
+
+Every case of tests/differential/corpus.py (real configs mutated field by field) is loaded in one real
+tritonserver (explicit model control: load, record, unload) and validated in a repository of its own.
+Agreement = the server loaded it <=> validate reported no error. Required: at least 95% agreement,
+and the disagreeing cases are exactly those listed, with their reasons, in
+tests/differential/KNOWN_DISAGREEMENTS.md, so a new disagreement and a fixed one both fail the test
+until the list is updated. No mocks: the server decides. The vLLM cases run against a stand-in
+Python-based backend (corpus.VLLM_STANDIN_PY) that checks <version>/model.json instead of starting
+vLLM. Run `python -m tests.differential.run` for the full table.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.differential.corpus import build_cases
+from tests.differential.run import agreement_rate, known_disagreements, markdown_report, run_corpus
+
+MIN_AGREEMENT = 0.95
+MIN_CASES = 170
+
+
+def test_corpus_is_large_mixed_and_deterministic():
+    cases = build_cases()
+    again = build_cases()
+    assert [c.name for c in cases] == [c.name for c in again]
+    assert [c.models for c in cases] == [c.models for c in again], "the generator must be deterministic"
+    assert len(cases) >= MIN_CASES
+    refused = sum(c.expect == "refuse" for c in cases)
+    assert 0.35 * len(cases) <= refused <= 0.65 * len(cases), "roughly half the corpus should be invalid"
+    assert all(c.description for c in cases)
+
+
+def test_known_disagreements_name_real_cases():
+    names = {c.name for c in build_cases()}
+    known = known_disagreements()
+    assert set(known) <= names, f"KNOWN_DISAGREEMENTS.md lists cases that do not exist: {set(known) - names}"
+    assert all(reason for reason in known.values()), "every known disagreement needs its reason"
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory):
+    pytest.importorskip("pytriton", reason="the real server comes from nvidia-pytriton (pip install -e '.[runtime]')")
+    return run_corpus(build_cases(), tmp_path_factory.mktemp("differential"))
+
+
+@pytest.mark.integration
+def test_server_behaves_as_recorded(outcomes):
+    """Guards the harness: if the stand-in backend or the runtime broke, the ground truth would shift
+    silently (e.g. every vLLM case refused). Each case's `expect` is what Triton 2.51 did."""
+    drift = [f"{o.case}: expected {o.expect}, server {'loaded' if o.server_ok else 'refused'}: {o.server_message[:300]}"
+             for o in outcomes if not o.server_as_expected]
+    assert not drift, "the server did not do what corpus.py records:\n" + "\n".join(drift)
+
+
+@pytest.mark.integration
+def test_validate_agrees_with_server(outcomes):
+    rate = agreement_rate(outcomes)
+    assert rate >= MIN_AGREEMENT, f"agreement {rate:.1%} < {MIN_AGREEMENT:.0%}\n\n" + markdown_report(outcomes)
+
+
+@pytest.mark.integration
+def test_disagreements_are_the_known_ones(outcomes):
+    disagree = {o.case for o in outcomes if not o.agree}
+    known = set(known_disagreements())
+    new, fixed = sorted(disagree - known), sorted(known - disagree)
+    assert not new and not fixed, (
+        f"new disagreements (add to KNOWN_DISAGREEMENTS.md with a reason, or fix validate): {new}\n"
+        f"listed but now agreeing (remove from KNOWN_DISAGREEMENTS.md): {fixed}\n\n" + markdown_report(outcomes))
