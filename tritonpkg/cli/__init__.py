@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import typer
 
-from tritonpkg.cli import compat_cmd, demo_cmd, package_cmd, runtime_cmd, serve_cmd, spec_cmd, validate_cmd
+from tritonpkg.cli import (compat_cmd, demo_cmd, materialize_cmd, package_cmd, runtime_cmd, serve_cmd, spec_cmd,
+                           validate_cmd)
 
 app = typer.Typer(
     name="tritonpkg",
@@ -22,6 +23,7 @@ app.command("serve")(serve_cmd.serve)
 app.command("demo")(demo_cmd.demo)
 app.add_typer(compat_cmd.app, name="compat")
 app.add_typer(runtime_cmd.app, name="runtime")
+app.add_typer(materialize_cmd.app, name="materialize")
 
 
 def main() -> None:

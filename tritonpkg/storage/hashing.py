@@ -1,0 +1,44 @@
+"""Digests computed while streaming: parts finish out of order, so each file's hasher takes them in
+order as they become contiguous (no second read of downloaded bytes)."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from typing import Callable
+
+
+class OrderedDigest:
+    def __init__(self, parts: int, want_md5: bool, on_hashed: Callable[[int], None]) -> None:
+        self.sha256 = hashlib.sha256()
+        self.md5 = hashlib.md5() if want_md5 else None
+        self.parts = parts
+        self._next = 0
+        self._pending: dict[int, bytes] = {}
+        self._draining = False
+        self._lock = threading.Lock()
+        self._on_hashed = on_hashed  # releases the part's memory slot
+
+    def feed(self, index: int, data: bytes) -> bool:
+        """Hand over part `index`; returns True on the call that hashed the last part."""
+        with self._lock:
+            self._pending[index] = data
+            if self._draining:
+                return False
+            self._draining = True
+        while True:
+            with self._lock:
+                chunk = self._pending.pop(self._next, None)
+                if chunk is None:
+                    self._draining = False
+                    return False
+                self._next += 1
+                last = self._next == self.parts
+            self.sha256.update(chunk)
+            if self.md5 is not None:
+                self.md5.update(chunk)
+            self._on_hashed(len(chunk))
+            if last:
+                with self._lock:
+                    self._draining = False
+                return True

@@ -1,0 +1,89 @@
+"""A local directory (or a Hugging Face cache snapshot, whose files are symlinks into blobs/)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from tritonpkg.storage.errors import SourceChangedError, StorageError
+from tritonpkg.storage.objects import RemoteFile
+
+RESERVED = frozenset({"READY", "tritonpkg-manifest.json"})
+
+
+class LocalSource:
+    def __init__(self, directory: Path, *, url: str | None = None, name: str | None = None,
+                 revision: str | None = None) -> None:
+        self.directory = directory.expanduser().absolute()
+        self.url = url or str(self.directory)
+        self._name = name
+        self._revision = revision
+        self._fds: dict[str, int] = {}
+        self._lock = threading.Lock()
+        if not self.directory.is_dir():
+            raise StorageError("source directory not found", file=self.directory,
+                               expected="an existing directory of model files")
+
+    def default_name(self) -> str:
+        return self._name or self.directory.name
+
+    def revision(self) -> str | None:
+        return self._revision
+
+    def list_files(self) -> list[RemoteFile]:
+        files = []
+        for dirpath, dirnames, names in os.walk(self.directory):
+            dirnames[:] = sorted(d for d in dirnames if d not in (".git", ".cache"))
+            for name in sorted(names):
+                full = Path(dirpath) / name
+                rel = full.relative_to(self.directory).as_posix()
+                if rel in RESERVED:
+                    continue  # markers of a materialization used as a source
+                try:
+                    st = full.stat()
+                except FileNotFoundError as exc:
+                    raise StorageError("broken symlink in the source", file=full,
+                                       expected="every file readable (an incomplete HF cache?)") from exc
+                files.append(RemoteFile(path=rel, key=str(full), size=st.st_size,
+                                        etag=f"{st.st_mtime_ns}:{st.st_ino}", sha256=_lfs_oid(full)))
+        if not files:
+            raise StorageError("no files in the source directory", file=self.directory,
+                               expected="model files (config.json, *.safetensors, ...)")
+        return files
+
+    def read(self, f: RemoteFile, start: int, end: int) -> bytes:
+        fd = self._fd(f)
+        chunks, pos = [], start
+        while pos < end:
+            data = os.pread(fd, end - pos, pos)
+            if not data:
+                raise SourceChangedError(f"{f.key} is shorter than listed ({f.size} bytes)",
+                                         expected="a source that does not change during the copy")
+            chunks.append(data)
+            pos += len(data)
+        return b"".join(chunks)
+
+    def _fd(self, f: RemoteFile) -> int:
+        with self._lock:
+            fd = self._fds.get(f.key)
+            if fd is None:
+                try:
+                    fd = self._fds[f.key] = os.open(f.key, os.O_RDONLY)
+                except FileNotFoundError as exc:
+                    raise SourceChangedError("a listed file disappeared", file=f.key) from exc
+            return fd
+
+    def close(self) -> None:
+        with self._lock:
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
+
+
+def _lfs_oid(path: Path) -> str | None:
+    """A HF cache blob named by its sha256 (LFS files) promises that digest."""
+    if not path.is_symlink():
+        return None
+    target = os.path.basename(os.readlink(path))
+    return target if len(target) == 64 and all(c in "0123456789abcdef" for c in target) else None
