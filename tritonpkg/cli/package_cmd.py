@@ -12,6 +12,9 @@ def package(
     spec: Path = typer.Argument(..., help="A tritonpkg.yaml, or a folder holding one."),
     output: Path = typer.Option(..., "--output", "-o", help="Model repository to write into (created if missing)."),
     archive: Path | None = typer.Option(None, "--archive", help="Also write a reproducible model package (.tar.gz)."),
+    materialize_to: Path | None = typer.Option(
+        None, "--materialize-to", help="First materialize the spec's weights under this root (see `materialize`); "
+        "model.json then points at the local copy."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Build a version-pinned Triton model repository entry from a spec (atomic; other versions kept)."""
@@ -20,7 +23,16 @@ def package(
     from tritonpkg.repository import package_spec
     from tritonpkg.spec import load_spec
 
-    result = package_spec(load_spec(spec), output, archive=archive)
+    loaded = load_spec(spec)
+    materialized = None
+    if materialize_to is not None and loaded.weights_location():
+        from tritonpkg.storage import materialize
+
+        materialized = materialize(loaded.weights_location(), materialize_to)
+        source = loaded.source
+        loaded = loaded.model_copy(update={"weights": str(materialized.path)})
+        loaded._source = source
+    result = package_spec(loaded, output, archive=archive)
     if as_json:
         print_json({
             "repository": str(result.repository),
@@ -28,6 +40,7 @@ def package(
             "version": result.version,
             "files": result.files,
             "archive": str(result.archive) if result.archive else None,
+            "weights": str(materialized.path) if materialized else loaded.weights_location(),
         })
         return
     table = Table(title=f"packaged {', '.join(result.models)} v{result.version} into {result.repository}",
@@ -39,3 +52,5 @@ def package(
     console.print(table)
     if result.archive:
         console.print(f"archive: {result.archive}", highlight=False)
+    if materialized:
+        console.print(f"weights: {materialized.path}", highlight=False)
