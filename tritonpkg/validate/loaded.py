@@ -16,7 +16,7 @@ from tritonpkg.validate.report import Problem, Severity
 
 CONFIG = "config.pbtxt"
 ENGINE_ARGS = "model.json"
-VERSION_RE = re.compile(r"^-?[0-9]+$")
+VERSION_RE = re.compile(r"^(0|-?[1-9][0-9]*)$")  # 2.51 ignores "01": no leading zeros
 
 
 @dataclass

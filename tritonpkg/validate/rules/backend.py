@@ -15,6 +15,7 @@ from pathlib import Path
 from tritonpkg.validate.context import Context
 from tritonpkg.validate.loaded import LoadedModel
 from tritonpkg.validate.report import Problem
+from tritonpkg.validate.rules.versions import loaded_versions
 
 
 def backend_known(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
@@ -32,6 +33,74 @@ def backend_known(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
         yield m.problem("backend.unavailable", "error" if ctx.is_local else "warning",
                         f"backend {m.backend!r} is not available on {where}",
                         field="backend" if cfg.backend else "platform", expected=" or ".join(sorted(available)))
+
+
+KNOWN_PLATFORMS = {"ensemble", "tensorrt_plan", "tensorflow_graphdef", "tensorflow_savedmodel",
+                   "onnxruntime_onnx", "pytorch_libtorch"}
+
+
+def platform_known(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
+    """2.51: "unexpected platform type 'python'" (python is a backend, not a platform); an ensemble
+    "must have platform type 'ensemble' and empty backend type"."""
+    cfg = m.config
+    if cfg is None:
+        return
+    if cfg.platform and cfg.platform not in KNOWN_PLATFORMS:
+        hint = f'; use backend: "{cfg.platform}"' if cfg.platform in ("python", "vllm") else ""
+        yield m.problem("backend.platform", "error", f"unknown platform {cfg.platform!r}{hint}",
+                        field="platform", expected=" or ".join(sorted(KNOWN_PLATFORMS)))
+    if m.is_ensemble and cfg.backend:
+        yield m.problem("backend.ensemble-backend", "error", f"an ensemble with backend {cfg.backend!r}",
+                        field="backend", expected="no backend on a platform: \"ensemble\" model")
+
+
+def execution_env(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
+    """EXECUTION_ENV_PATH must name an existing archive (2.51: "Failed to get the canonical path")."""
+    cfg = m.config
+    if cfg is None or "EXECUTION_ENV_PATH" not in cfg.parameters:
+        return
+    raw = cfg.parameters["EXECUTION_ENV_PATH"].string_value
+    path = Path(raw.replace("$$TRITON_MODEL_DIRECTORY", str(m.path)))
+    if not path.exists():
+        yield m.problem("backend.env-path", "error", f"EXECUTION_ENV_PATH {raw!r} does not exist",
+                        field="parameters[EXECUTION_ENV_PATH]",
+                        expected="a conda-pack archive, e.g. $$TRITON_MODEL_DIRECTORY/env.tar.gz")
+
+
+def python_model_class(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
+    """A python model.py must compile and define TritonPythonModel (2.51: SyntaxError /
+    "has no attribute 'TritonPythonModel'" at load)."""
+    cfg = m.config
+    if cfg is None or m.backend != "python":
+        return
+    name = cfg.default_model_filename or "model.py"
+    for v in sorted(loaded_versions(m)):
+        src = m.versions[v] / name
+        if not src.is_file():
+            continue
+        try:
+            tree = ast.parse(src.read_text(errors="replace"), filename=str(src))
+        except SyntaxError as exc:
+            yield m.problem("backend.python-syntax", "error", f"{exc.msg}", file=src,
+                            at=(exc.lineno or 1, exc.offset or 1), expected="a model.py that compiles")
+            continue
+        if not _defines(tree, "TritonPythonModel"):
+            yield m.problem("backend.python-class", "error", "model.py defines no TritonPythonModel",
+                            file=src, expected="class TritonPythonModel with initialize/execute")
+
+
+def _defines(tree: ast.Module, name: str) -> bool:
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            return True
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any((a.asname or a.name).split(".")[0] == name for a in node.names):
+                return True
+    return False
 
 
 def ensemble_scheduling(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
@@ -91,4 +160,4 @@ def _requires_decoupled(src: Path) -> bool:
     return False
 
 
-RULES = [backend_known, ensemble_scheduling, decoupled_policy]
+RULES = [backend_known, platform_known, ensemble_scheduling, decoupled_policy, execution_env, python_model_class]

@@ -189,4 +189,38 @@ def ensemble_cycles(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
                 stack.append((step.model_name, trail + [step.model_name]))
 
 
-RULES = [ensemble, ensemble_cycles]
+def decoupled_origins(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
+    """Responses of a decoupled step cannot be joined with tensors from elsewhere: every step, and the
+    ensemble's outputs, must draw all inputs from one origin (2.51: "step of model 'x' receives inputs
+    originated from different decoupled models"). An origin is the nearest upstream decoupled step,
+    or the ensemble's own request."""
+    if not m.is_ensemble or not m.config.HasField("ensemble_scheduling"):
+        return
+    steps = m.config.ensemble_scheduling.step
+    origin: dict[str, str] = {i.name: "" for i in m.config.input}
+    pending = set(range(len(steps)))
+    while pending:
+        ready = [s for s in sorted(pending) if set(steps[s].input_map.values()) <= set(origin)]
+        if not ready:
+            return  # unconnected tensors and cycles are reported by the graph rules
+        for s in ready:
+            pending.discard(s)
+            step = steps[s]
+            sources = {origin[t] for t in step.input_map.values()}
+            if len(sources) > 1:
+                yield m.problem("ensemble.decoupled-origin", "error",
+                                f"step {s} ({step.model_name!r}) joins tensors from different decoupled origins",
+                                field=f"{_S}[{s}].input_map", expected="inputs that all come after the same decoupled step")
+            sub = ctx.models.get(step.model_name)
+            decoupled = sub is not None and sub.config is not None and sub.config.model_transaction_policy.decoupled
+            out_origin = f"{s}:{step.model_name}" if decoupled else next(iter(sources), "")
+            for t in step.output_map.values():
+                origin[t] = out_origin
+    final = {origin[o.name] for o in m.config.output if o.name in origin}
+    if len(final) > 1:
+        yield m.problem("ensemble.decoupled-origin", "error",
+                        "the ensemble's outputs come from different decoupled origins", field="output",
+                        expected="outputs that all come after the same decoupled step (or none)")
+
+
+RULES = [ensemble, ensemble_cycles, decoupled_origins]

@@ -17,7 +17,12 @@ IG = pb.ModelInstanceGroup
 
 
 def instance_groups(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
-    if m.config is None or m.is_ensemble:
+    if m.config is None:
+        return
+    if m.is_ensemble:
+        if len(m.config.instance_group):
+            yield m.problem("instance.ensemble", "error", "an ensemble has no instances of its own",
+                            field="instance_group[0]", expected="no instance_group on a platform: \"ensemble\" model")
         return
     for i, g in enumerate(m.config.instance_group):
         path = f"instance_group[{i}]"

@@ -93,4 +93,34 @@ def duplicate_names(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
             seen.setdefault(io.name, i)
 
 
-RULES = [io_fields, duplicate_names]
+def shape_tensors(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
+    """2.51: "shape tensors are only supported for TensorRT platform"."""
+    if m.config is None or m.config.platform == "tensorrt_plan":
+        return
+    for kind, i, io in _ios(m):
+        if io.is_shape_tensor:
+            yield m.problem("tensor.shape-tensor", "error", f"{io.name} is a shape tensor on backend {m.backend!r}",
+                            field=f"{kind}[{i}].is_shape_tensor", expected="is_shape_tensor only on platform tensorrt_plan")
+
+
+def warmup_inputs(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
+    """A warmup sample is a real request sent at load: unknown names or missing required inputs fail
+    the load (2.51: "expected 2 inputs but got 0 inputs ... missing required input(s)")."""
+    if m.config is None:
+        return
+    names = {i.name for i in m.config.input}
+    required = {i.name for i in m.config.input if not i.optional}
+    for w, sample in enumerate(m.config.model_warmup):
+        path = f"model_warmup[{w}]"
+        for key in sample.inputs:
+            if key not in names:
+                yield m.problem("tensor.warmup-input", "error", f"warmup {sample.name!r} sends unknown input {key!r}",
+                                field=f"{path}.inputs[{key}]", expected=f"one of {', '.join(sorted(names))}")
+        missing = sorted(required - set(sample.inputs))
+        if missing:
+            yield m.problem("tensor.warmup-input", "error",
+                            f"warmup {sample.name!r} misses required input(s) {', '.join(missing)}",
+                            field=f"{path}.inputs", expected=f"values for {', '.join(sorted(required))}")
+
+
+RULES = [io_fields, duplicate_names, shape_tensors, warmup_inputs]

@@ -35,6 +35,10 @@ def version_policy(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
                                 f"version_policy names version {v}, but there is no directory {v}/",
                                 field=f"version_policy.specific.versions[{i}]",
                                 expected=f"one of the version directories: {sorted(m.versions) or 'none'}")
+    if which == "specific" and not policy.specific.versions:
+        yield m.problem("version.specific-empty", "error", "version_policy specific lists no versions",
+                        field="version_policy.specific",
+                        expected=f"versions: [...] from {sorted(m.versions) or 'the version directories'}")
     if which == "latest" and policy.latest.num_versions < 1:
         yield m.problem("version.latest", "error", "latest.num_versions must be at least 1",
                         field="version_policy.latest.num_versions", expected=">= 1")
