@@ -1,0 +1,150 @@
+"""Benchmark: `tritonpkg materialize` against `aws s3 cp --recursive` and a plain boto3 `download_file`
+loop, same bucket on one moto server started here, same run; plus the warm re-run against the cold one.
+
+    .venv/bin/python bench/materialize.py [--mib 256] [--files 4] [--rounds 2] [--concurrency 8]
+
+moto on loopback is CPU-bound and shares the machine's cores with the client being measured: the figures
+compare the clients under the same constraint, they are not the throughput of a real S3 or FSx link."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.integration.s3_fixtures import start_moto, stop  # noqa: E402
+
+MiB = 1 << 20
+BUCKET = "bench-models"
+
+
+def upload(server, mib: int, files: int) -> int:
+    from boto3.s3.transfer import TransferConfig
+
+    s3 = server.client()
+    s3.create_bucket(Bucket=BUCKET)
+    size = mib * MiB // files
+    total = 0
+    for i in range(files):
+        data = os.urandom(size)
+        s3.upload_fileobj(io.BytesIO(data), BUCKET, f"model/model-{i:05d}.safetensors",
+                          Config=TransferConfig(multipart_threshold=8 * MiB, multipart_chunksize=8 * MiB))
+        total += size
+    for i, body in enumerate((b'{"architectures": ["LlamaForCausalLM"]}', os.urandom(2 * MiB), b"{}")):
+        s3.put_object(Bucket=BUCKET, Key=f"model/small-{i}.json", Body=body)
+        total += len(body)
+    return total
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
+    start = time.monotonic()
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"{cmd[:3]} failed: {out.stderr[-2000:]}")
+    return time.monotonic() - start, out.stdout
+
+
+def run_awscli(server, dest: Path, env) -> float:
+    return timed(["aws", "s3", "cp", "--recursive", "--only-show-errors", "--endpoint-url", server.endpoint,
+                  f"s3://{BUCKET}/model", str(dest)], env)[0]
+
+
+BOTO3_LOOP = """
+import os, sys, time, boto3
+dest = sys.argv[1]
+s3 = boto3.client("s3")
+start = time.monotonic()
+for page in s3.get_paginator("list_objects_v2").paginate(Bucket=%r, Prefix="model/"):
+    for obj in page.get("Contents", []):
+        s3.download_file(%r, obj["Key"], os.path.join(dest, obj["Key"].split("/")[-1]))
+"""
+
+
+def run_boto3(dest: Path, env) -> float:
+    dest.mkdir(parents=True, exist_ok=True)
+    return timed([sys.executable, "-c", BOTO3_LOOP % (BUCKET, BUCKET), str(dest)], env)[0]
+
+
+def run_tritonpkg(root: Path, env, concurrency: int, part_size: str) -> tuple[float, dict]:
+    wall, out = timed([sys.executable, "-m", "tritonpkg", "materialize", f"s3://{BUCKET}/model", "--to", str(root),
+                       "--concurrency", str(concurrency), "--part-size", part_size, "--json"], env)
+    return wall, json.loads(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mib", type=int, default=256, help="total size of the large files")
+    ap.add_argument("--files", type=int, default=4, help="number of large (multipart) files")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--part-size", default="8MiB")
+    args = ap.parse_args()
+
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    work = Path(tempfile.mkdtemp(prefix="bench-materialize-"))
+    proc, server = start_moto(work / "moto.log")
+    env = {**os.environ, **server.env}
+    try:
+        total = upload(server, args.mib, args.files)
+        console.print(f"{total / 1e6:.0f} MB in {args.files + 3} objects on {server.endpoint} "
+                      f"({os.cpu_count()} CPUs shared by moto and the client)")
+        times: dict[str, list[float]] = {"aws s3 cp --recursive": [], "boto3 download_file loop": [],
+                                         "tritonpkg materialize (cold)": [], "tritonpkg materialize (warm)": []}
+        internal, warm_internal = [], []
+        for r in range(args.rounds):
+            for name in times:
+                dest = work / f"r{r}-{name.split()[0]}"
+                if name == "aws s3 cp --recursive":
+                    times[name].append(run_awscli(server, dest, env))
+                elif name.startswith("boto3"):
+                    times[name].append(run_boto3(dest, env))
+                elif name.endswith("(cold)"):
+                    wall, summary = run_tritonpkg(work / f"root-{r}", env, args.concurrency, args.part_size)
+                    assert summary["bytes_downloaded"] == total and not summary["reused"]
+                    times[name].append(wall)
+                    internal.append(summary["seconds"])
+                else:
+                    wall, summary = run_tritonpkg(work / f"root-{r}", env, args.concurrency, args.part_size)
+                    assert summary["reused"] and summary["bytes_downloaded"] == 0
+                    times[name].append(wall)
+                    warm_internal.append(summary["seconds"])
+                shutil.rmtree(dest, ignore_errors=True)
+            for r_root in work.glob("root-*"):
+                shutil.rmtree(r_root, ignore_errors=True)
+
+        base = statistics.median(times["aws s3 cp --recursive"])
+        cold = statistics.median(times["tritonpkg materialize (cold)"])
+        table = Table(title=f"materialize {total / 1e6:.0f} MB from S3 (moto on loopback), median of {args.rounds}, "
+                            "wall time including process start", header_style="bold")
+        for col in ("client", "seconds", "MB/s", "speed vs awscli"):
+            table.add_column(col, justify="right" if col != "client" else "left")
+        for name, values in times.items():
+            t = statistics.median(values)
+            speed = f"{base / t:.2f}x" if "warm" not in name else f"{100 * t / cold:.1f}% of cold"
+            table.add_row(name, f"{t:.2f}", f"{total / 1e6 / t:.0f}" if "warm" not in name else "-", speed)
+        console.print(table)
+        console.print(f"tritonpkg's own timer for the cold copy (no interpreter start): "
+                      f"{statistics.median(internal):.2f} s = {total / 1e6 / statistics.median(internal):.0f} MB/s "
+                      f"(concurrency {args.concurrency}, part size {args.part_size}, sha256 of every byte included); "
+                      f"warm re-run by the same timer: {statistics.median(warm_internal) * 1000:.0f} ms = "
+                      f"{100 * statistics.median(warm_internal) / statistics.median(internal):.1f}% of cold")
+    finally:
+        stop(proc)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
