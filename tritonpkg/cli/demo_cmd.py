@@ -33,7 +33,9 @@ def demo(
     if as_json:
         print_json(result.__dict__)
         return
-    table = Table(title=f"{result.model}: packaged, validated, served, answered", header_style="bold")
+    console.print(f"[bold]{result.model}[/]: packaged -> validated -> served in Triton -> answered "
+                  f"({result.repository})", highlight=False)
+    table = Table(header_style="bold")
     table.add_column("step")
     table.add_column("seconds", justify="right")
     for step, secs in result.seconds.items():
