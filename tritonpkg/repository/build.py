@@ -20,8 +20,21 @@ VLLM_INPUTS = (
     cfg.Tensor("stream", "TYPE_BOOL", (1,), optional=True),
     cfg.Tensor("sampling_parameters", "TYPE_STRING", (1,), optional=True),
     cfg.Tensor("exclude_input_in_output", "TYPE_BOOL", (1,), optional=True),
+    cfg.Tensor("return_finish_reason", "TYPE_BOOL", (1,), optional=True),
+    cfg.Tensor("return_cumulative_logprob", "TYPE_BOOL", (1,), optional=True),
+    cfg.Tensor("return_logprobs", "TYPE_BOOL", (1,), optional=True),
+    cfg.Tensor("return_num_input_tokens", "TYPE_BOOL", (1,), optional=True),
+    cfg.Tensor("return_num_output_tokens", "TYPE_BOOL", (1,), optional=True),
 )
-VLLM_OUTPUTS = (cfg.Tensor("text_output", "TYPE_STRING", (-1,)),)
+# Names, types and dims as NVIDIA's vLLM backend auto-completes them.
+VLLM_OUTPUTS = (
+    cfg.Tensor("text_output", "TYPE_STRING", (-1,)),
+    cfg.Tensor("finish_reason", "TYPE_STRING", (-1,)),
+    cfg.Tensor("cumulative_logprob", "TYPE_FP32", (-1,)),
+    cfg.Tensor("logprobs", "TYPE_STRING", (-1,)),
+    cfg.Tensor("num_input_tokens", "TYPE_UINT32", (1,)),
+    cfg.Tensor("num_output_tokens", "TYPE_UINT32", (-1,)),
+)
 
 
 @dataclass
@@ -71,11 +84,37 @@ def engine_args(spec: Spec) -> dict[str, Any]:
 
 
 def _vllm_model(spec: Spec) -> BuiltModel:
+    """config.pbtxt + model.json. The config declares only the I/O that NVIDIA's backend of the spec's
+    target release also accepts (additional outputs per NVIDIA's docs/additional_outputs.md: finish
+    reason, cumulative logprob and output-token count since 24.12; logprobs and input-token count
+    later, taken as 25.02 to stay on the safe side), so the repository means the same in NVIDIA's
+    image; the toolkit's backend auto-completes the rest when it serves the model. `runner: pooling`
+    (or `convert: embed`) in engine_args selects the embedding I/O."""
+    since = {
+        "return_finish_reason": "24.12", "finish_reason": "24.12",
+        "return_cumulative_logprob": "24.12", "cumulative_logprob": "24.12",
+        "return_num_output_tokens": "24.12", "num_output_tokens": "24.12",
+        "return_logprobs": "25.02", "logprobs": "25.02",
+        "return_num_input_tokens": "25.02", "num_input_tokens": "25.02",
+    }
+    target = tuple(int(x) for x in spec.target_release.split("."))
+
+    def supported(t: cfg.Tensor) -> bool:
+        return t.name not in since or target >= tuple(int(x) for x in since[t.name].split("."))
+
+    pooling = spec.engine_args.get("runner") == "pooling" or spec.engine_args.get("convert") == "embed"
+    if pooling:  # the toolkit backend's embedding I/O (NVIDIA's has no such model kind at 24.x)
+        inputs = [cfg.Tensor("text_input", "TYPE_STRING", (1,)),
+                  cfg.Tensor("pooling_parameters", "TYPE_STRING", (1,), optional=True)]
+        outputs = [cfg.Tensor("embedding", "TYPE_FP32", (-1,)), cfg.Tensor("num_input_tokens", "TYPE_UINT32", (1,))]
+    else:
+        inputs = [t for t in VLLM_INPUTS if supported(t)]
+        outputs = [t for t in VLLM_OUTPUTS if supported(t)]
     config = cfg.ModelConfigSpec(
         name=spec.name,
         backend="vllm",
-        inputs=list(VLLM_INPUTS),
-        outputs=list(VLLM_OUTPUTS),
+        inputs=inputs,
+        outputs=outputs,
         decoupled=True,
         instance_kind="KIND_MODEL",
     )
