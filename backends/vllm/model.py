@@ -29,6 +29,7 @@ import json
 import locale
 import os
 import queue
+import sys
 import threading
 import time
 import traceback
@@ -37,6 +38,10 @@ from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+
+# Sibling modules (this folder is linked into the backend directory as a whole).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from request_params import ParamError, candidate_logprob, logprobs_json, normalize_sampling  # noqa: E402
 
 ENGINE_ARGS_FILE = "model.json"
 WATCHDOG = """
@@ -53,18 +58,43 @@ for pid in pids:
 ENGINE_START_TIMEOUT_S = float(os.environ.get("TRITONPKG_VLLM_START_TIMEOUT", "900"))
 SHUTDOWN_TIMEOUT_S = 30.0
 CANCEL_POLL_S = 0.2
-CONTROL_KEYS = ("stream", "exclude_input_in_output")
+HEALTH_POLL_S = float(os.environ.get("TRITONPKG_VLLM_HEALTH_POLL", "1.0"))
+RETURN_FLAGS = (
+    "return_finish_reason",
+    "return_cumulative_logprob",
+    "return_logprobs",
+    "return_num_input_tokens",
+    "return_num_output_tokens",
+)
+CONTROL_KEYS = ("stream", "exclude_input_in_output", *RETURN_FLAGS)
 # Keys of SamplingParams that the backend owns or that only vLLM itself may set.
 RESERVED_FIELDS = {"output_kind", "skip_clone", "output_text_buffer_length", "detokenize"}
-ALIASES = {"guided_decoding": "structured_outputs"}
+# PoolingParams keys a client may set (task is chosen by the backend: "embed").
+POOLING_FIELDS = ("dimensions", "use_activation", "truncate_prompt_tokens")
 
+_BOOL = {"data_type": "TYPE_BOOL", "dims": [1], "optional": True}
+# NVIDIA's contract (names, types and dims as NVIDIA's backend auto-completes them), then the
+# toolkit's extensions: prefill-only scoring (`candidates` -> `candidate_logprobs`) and pooling
+# (`pooling_parameters` -> `embedding`). Auto-complete adds whatever the config leaves out.
 INPUTS = [
     {"name": "text_input", "data_type": "TYPE_STRING", "dims": [1]},
-    {"name": "stream", "data_type": "TYPE_BOOL", "dims": [1], "optional": True},
+    {"name": "stream", **_BOOL},
     {"name": "sampling_parameters", "data_type": "TYPE_STRING", "dims": [1], "optional": True},
-    {"name": "exclude_input_in_output", "data_type": "TYPE_BOOL", "dims": [1], "optional": True},
+    {"name": "exclude_input_in_output", **_BOOL},
+    *({"name": name, **_BOOL} for name in RETURN_FLAGS),
+    {"name": "candidates", "data_type": "TYPE_STRING", "dims": [-1], "optional": True},
+    {"name": "pooling_parameters", "data_type": "TYPE_STRING", "dims": [1], "optional": True},
 ]
-OUTPUTS = [{"name": "text_output", "data_type": "TYPE_STRING", "dims": [-1]}]
+OUTPUTS = [
+    {"name": "text_output", "data_type": "TYPE_STRING", "dims": [-1]},
+    {"name": "finish_reason", "data_type": "TYPE_STRING", "dims": [-1]},
+    {"name": "cumulative_logprob", "data_type": "TYPE_FP32", "dims": [-1]},
+    {"name": "logprobs", "data_type": "TYPE_STRING", "dims": [-1]},
+    {"name": "num_input_tokens", "data_type": "TYPE_UINT32", "dims": [1]},
+    {"name": "num_output_tokens", "data_type": "TYPE_UINT32", "dims": [-1]},
+    {"name": "candidate_logprobs", "data_type": "TYPE_FP32", "dims": [-1]},
+    {"name": "embedding", "data_type": "TYPE_FP32", "dims": [-1]},
+]
 
 
 class RequestError(ValueError):
@@ -92,16 +122,31 @@ class TritonPythonModel:
         # The stub's embedded interpreter starts with an ASCII locale; torch and vLLM read UTF-8
         # files at import time and fail without this.
         locale.setlocale(locale.LC_ALL, "C.UTF-8")
+        # Prometheus multiprocess mode: prometheus_client picks its file-backed values at import
+        # when this variable is set, so vLLM's metrics from every stub land in one directory that
+        # a single /metrics can publish. The directory must exist before vLLM registers metrics.
+        prom_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        if prom_dir:
+            os.makedirs(prom_dir, exist_ok=True)
+        import dataclasses
+
         from vllm import SamplingParams
         from vllm.engine.arg_utils import AsyncEngineArgs
-        from vllm.sampling_params import RequestOutputKind
+        from vllm.pooling_params import PoolingParams
+        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
         try:
             from vllm.exceptions import VLLMClientError
         except ImportError:
             VLLMClientError = ValueError
+        try:
+            from vllm.v1.engine.exceptions import EngineDeadError
+        except ImportError:
+            EngineDeadError = RuntimeError
         self._client_errors = (ValueError, VLLMClientError)  # the request's fault: no traceback in the log
+        self._EngineDeadError = EngineDeadError
         self._SamplingParams = SamplingParams
+        self._PoolingParams = PoolingParams
         self._RequestOutputKind = RequestOutputKind
         self.logger = pb_utils.Logger
         self.model_name = args["model_name"]
@@ -113,10 +158,13 @@ class TritonPythonModel:
         self.output_dtype = pb_utils.triton_string_to_numpy(
             pb_utils.get_output_config_by_name(model_config, "text_output")["data_type"]
         )
+        self._declared_outputs = {o["name"] for o in model_config.get("output", [])}
         engine_args = self._read_engine_args(args)
         self._sampling_fields = _sampling_fields(SamplingParams)
+        self._structured_fields = {f.name for f in dataclasses.fields(StructuredOutputsParams) if not f.name.startswith("_")}
         self._requests: dict[str, Any] = {}
         self._closing = False
+        self._dead: str | None = None  # why the engine is unusable, once it is
 
         self._responses: queue.Queue = queue.Queue()
         self._response_thread = threading.Thread(target=self._send_loop, name="vllm-responses", daemon=True)
@@ -129,14 +177,24 @@ class TritonPythonModel:
         try:
             future = asyncio.run_coroutine_threadsafe(self._start_engine(AsyncEngineArgs(**engine_args)), self._loop)
             self.engine = future.result(timeout=ENGINE_START_TIMEOUT_S)
+            tasks = asyncio.run_coroutine_threadsafe(self.engine.get_supported_tasks(), self._loop).result(60)
         except BaseException:
             self._stop_loop()
             self._reap_children()
             raise
+        self._tasks = set(tasks)
+        self._pooling = "generate" not in self._tasks
+        if self._pooling and "embed" not in self._tasks:
+            self.finalize()
+            raise pb_utils.TritonModelException(
+                f"model '{self.model_name}': the engine supports {sorted(self._tasks)}; this backend serves "
+                "'generate' and 'embed'"
+            )
         self._watchdog = self._start_watchdog()
+        self._health_task = asyncio.run_coroutine_threadsafe(self._watch_health(), self._loop)
         self.logger.log_info(
             f"[vllm] model '{self.model_name}': engine started in {time.monotonic() - started:.1f} s "
-            f"(model {engine_args.get('model')})"
+            f"(model {engine_args.get('model')}, tasks {sorted(self._tasks)})"
         )
 
     def _start_watchdog(self):
@@ -179,105 +237,119 @@ class TritonPythonModel:
     def execute(self, requests):
         for request in requests:
             sender = request.get_response_sender()
+            if self._dead is not None:
+                self._send_error(sender, self._dead)
+                continue
+            if self._closing:
+                self._send_error(sender, "the model is being unloaded")
+                continue
             try:
                 job = self._parse(request)
-            except RequestError as exc:
+            except (RequestError, ParamError) as exc:
                 self._send_error(sender, str(exc))
                 continue
             except Exception as exc:
                 self._send_error(sender, f"could not read the request: {exc}")
                 continue
-            if self._closing:
-                self._send_error(sender, "the model is being unloaded")
-                continue
-            asyncio.run_coroutine_threadsafe(self._generate(sender, **job), self._loop)
+            kind = job.pop("kind")
+            coro = {"generate": self._generate, "score": self._score, "embed": self._embed}[kind]
+            asyncio.run_coroutine_threadsafe(coro(sender, **job), self._loop)
         return None
 
     def _parse(self, request) -> dict:
-        prompt_tensor = pb_utils.get_input_tensor_by_name(request, "text_input")
-        if prompt_tensor is None:
-            raise RequestError("input 'text_input' is required")
-        prompt = prompt_tensor.as_numpy().reshape(-1)
-        if prompt.size != 1:
-            raise RequestError(f"input 'text_input' must hold exactly one string, got {prompt.size}")
-        prompt = prompt[0]
-        prompt = prompt.decode("utf-8") if isinstance(prompt, bytes) else str(prompt)
+        prompt = _input_string(request, "text_input")
+        if prompt is None:
+            raise RequestError("input 'text_input' is required (exactly one string)")
+        tensor = pb_utils.get_input_tensor_by_name(request, "text_input")
+        if tensor.as_numpy().size != 1:
+            raise RequestError(f"input 'text_input' must hold exactly one string, got {tensor.as_numpy().size}")
 
         raw = _input_string(request, "sampling_parameters")
         from_request_parameters = raw is None
         if from_request_parameters:
             raw = request.parameters() or "{}"
-        try:
-            params = json.loads(raw) if raw.strip() else {}
-        except json.JSONDecodeError as exc:
-            raise RequestError(f"sampling_parameters is not valid JSON: {exc}") from exc
-        if not isinstance(params, dict):
-            raise RequestError("sampling_parameters must be a JSON object")
+        params = _json_object(raw, "sampling_parameters")
 
         controls = {}
         if from_request_parameters:
             controls = {k: params.pop(k) for k in CONTROL_KEYS if k in params}
             params = {k: v for k, v in params.items() if not k.startswith("triton_")}
-        stream = _input_bool(request, "stream")
-        if stream is None:
-            stream = _as_bool(controls.get("stream", False), "stream")
-        exclude = _input_bool(request, "exclude_input_in_output")
-        if exclude is None and "exclude_input_in_output" in controls:
-            exclude = _as_bool(controls["exclude_input_in_output"], "exclude_input_in_output")
-        if exclude is None:
-            exclude = stream
 
+        def flag(name: str, default: bool = False) -> bool:
+            value = _input_bool(request, name)
+            if value is None and name in controls:
+                value = _as_bool(controls[name], name)
+            return default if value is None else value
+
+        if self._pooling:
+            pooling_raw = _input_string(request, "pooling_parameters")
+            pooling = _json_object(pooling_raw, "pooling_parameters") if pooling_raw is not None else params
+            if pooling_raw is not None and params:
+                raise RequestError(f"an embedding model takes no sampling parameters, got {', '.join(map(repr, params))}")
+            return {"kind": "embed", "prompt": prompt, "pooling": self._pooling_params(pooling)}
+
+        returns = {name: flag(name) for name in RETURN_FLAGS}
+        candidates = _input_strings(request, "candidates")
+        if candidates is not None:
+            if flag("stream"):
+                raise RequestError("scoring 'candidates' is one forward pass: 'stream' must be false")
+            forbidden = sorted(set(params) & {"max_tokens", "prompt_logprobs", "n", "structured_outputs"})
+            if forbidden:
+                raise RequestError(f"scoring sets {', '.join(map(repr, forbidden))} itself; do not send them")
+            if not candidates:
+                raise RequestError("input 'candidates' is empty")
+            return {"kind": "score", "prompt": prompt, "candidates": candidates, "params": params}
+
+        stream = flag("stream")
+        exclude = flag("exclude_input_in_output", default=stream)
         sampling = self._sampling_params(params)
         sampling.output_kind = self._RequestOutputKind.DELTA if stream else self._RequestOutputKind.FINAL_ONLY
-        return {"prompt": prompt, "sampling": sampling, "stream": stream, "prepend": not exclude}
+        return {"kind": "generate", "prompt": prompt, "sampling": sampling, "stream": stream,
+                "prepend": not exclude, "returns": returns}
 
     def _sampling_params(self, params: dict):
         """JSON object -> SamplingParams with the installed vLLM's field types; unknown keys are errors."""
         import msgspec
 
-        params = {ALIASES.get(k, k): v for k, v in params.items() if v is not None}
-        unknown = sorted(k for k in params if k not in self._sampling_fields)
-        if unknown:
-            raise RequestError(
-                f"unknown sampling parameter(s) {', '.join(repr(k) for k in unknown)}; "
-                f"vLLM's SamplingParams accepts: {', '.join(sorted(self._sampling_fields))}"
-            )
-        for key, value in params.items():
-            if isinstance(value, str) and not self._sampling_fields[key] and value.strip()[:1] in ("{", "["):
-                try:
-                    params[key] = json.loads(value)
-                except json.JSONDecodeError as exc:
-                    raise RequestError(f"sampling parameter {key!r}: not valid JSON ({exc})") from exc
+        kwargs = normalize_sampling(params, self._sampling_fields, self._structured_fields)
         try:
-            return msgspec.convert(params, self._SamplingParams, strict=False)
+            return msgspec.convert(kwargs, self._SamplingParams, strict=False)
         except msgspec.ValidationError as exc:
             raise RequestError(f"invalid sampling parameters: {exc}") from exc
         except (TypeError, *self._client_errors) as exc:
             raise RequestError(f"invalid sampling parameters: {exc}") from exc
 
-    async def _generate(self, sender, prompt: str, sampling, stream: bool, prepend: bool):
-        request_id = uuid.uuid4().hex
+    def _pooling_params(self, params: dict):
+        import msgspec
+
+        unknown = sorted(k for k in params if k not in POOLING_FIELDS)
+        if unknown:
+            raise RequestError(
+                f"unknown pooling parameter(s) {', '.join(map(repr, unknown))}; accepted: {', '.join(POOLING_FIELDS)}"
+            )
+        try:
+            return msgspec.convert({**params, "task": "embed"}, self._PoolingParams, strict=False)
+        except (msgspec.ValidationError, TypeError, *self._client_errors) as exc:
+            raise RequestError(f"invalid pooling parameters: {exc}") from exc
+
+    async def _run(self, sender, request_id: str, body):
+        """Shared request life cycle: register, watch for cancellation, map failures to one error
+        response, always end the response stream exactly once."""
         self._requests[request_id] = sender
         watcher = asyncio.create_task(self._watch_cancellation(sender, request_id))
-        prefix = prompt if prepend else ""
         final_sent = False
         try:
-            async for output in self.engine.generate(await self._render(prompt), sampling, request_id):
-                if watcher.done():
-                    break
-                texts = [prefix + completion.text for completion in output.outputs]
-                prefix = ""
-                flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if output.finished else 0
-                if stream or output.finished:
-                    self._responses.put((sender, self._text_response(texts), flags))
-                    final_sent = bool(flags)
+            final_sent = await body(watcher)
         except asyncio.CancelledError:
             await _quietly(self.engine.abort(request_id))
             raise
         except Exception as exc:
             await _quietly(self.engine.abort(request_id))
             if not watcher.done():
-                if isinstance(exc, self._client_errors):
+                if isinstance(exc, self._EngineDeadError) or self._dead is not None:
+                    self._mark_dead(f"the vLLM engine died ({type(exc).__name__}: {exc})")
+                    self._send_error(sender, self._dead)
+                elif isinstance(exc, (RequestError, ParamError, *self._client_errors)):
                     self._send_error(sender, f"vLLM rejected the request: {exc}")
                 else:
                     self.logger.log_error(f"[vllm] request {request_id} failed: {traceback.format_exc()}")
@@ -289,6 +361,116 @@ class TritonPythonModel:
             if not final_sent:
                 self._send_final(sender, cancelled=watcher.done() and not watcher.cancelled())
 
+    async def _generate(self, sender, prompt: str, sampling, stream: bool, prepend: bool, returns: dict):
+        request_id = uuid.uuid4().hex
+
+        async def body(watcher) -> bool:
+            prefix = prompt if prepend else ""
+            engine_input = await self._render(prompt)
+            async for output in self.engine.generate(engine_input, sampling, request_id):
+                if watcher.done():
+                    return False
+                flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if output.finished else 0
+                if stream or output.finished:
+                    response = self._generate_response(output, prefix, returns)
+                    prefix = ""
+                    self._responses.put((sender, response, flags))
+                    if flags:
+                        return True
+            return False
+
+        await self._run(sender, request_id, body)
+
+    def _generate_response(self, output, prefix: str, returns: dict):
+        """text_output plus the additional outputs the request asked for; with streaming each
+        response carries the delta's tokens and logprobs (vLLM's DELTA outputs), as NVIDIA's backend."""
+        completions = output.outputs
+        tensors = [pb_utils.Tensor("text_output", np.asarray(
+            [(prefix + c.text).encode("utf-8") for c in completions], dtype=self.output_dtype))]
+        if returns["return_finish_reason"]:
+            tensors.append(pb_utils.Tensor("finish_reason", np.asarray(
+                [str(c.finish_reason).encode() if c.finish_reason is not None else b"" for c in completions],
+                dtype=np.object_)))
+        if returns["return_cumulative_logprob"]:
+            tensors.append(pb_utils.Tensor("cumulative_logprob", np.asarray(
+                [c.cumulative_logprob if c.cumulative_logprob is not None else np.nan for c in completions],
+                dtype=np.float32)))
+        if returns["return_logprobs"]:
+            tensors.append(pb_utils.Tensor("logprobs", np.asarray(
+                [logprobs_json(c.logprobs).encode() for c in completions], dtype=np.object_)))
+        if returns["return_num_input_tokens"]:
+            tensors.append(pb_utils.Tensor("num_input_tokens", np.asarray(
+                [len(output.prompt_token_ids or ())], dtype=np.uint32)))
+        if returns["return_num_output_tokens"]:
+            tensors.append(pb_utils.Tensor("num_output_tokens", np.asarray(
+                [len(c.token_ids) for c in completions], dtype=np.uint32)))
+        return pb_utils.InferenceResponse(output_tensors=tensors)
+
+    async def _score(self, sender, prompt: str, candidates: list[str], params: dict):
+        """Prefill-only scoring: for each candidate, one request over prompt+candidate token ids with
+        max_tokens=1 and prompt_logprobs=0, so the engine runs the prefill forward pass (batched
+        across candidates) and reports log P(token | prefix) for every prompt position; the
+        candidate's score is the sum over its own positions. The one sampled token is discarded."""
+        request_id = uuid.uuid4().hex
+        sub_ids = [f"{request_id}-{i}" for i in range(len(candidates))]
+
+        async def body(watcher) -> bool:
+            tokenizer = self.engine.get_tokenizer()
+            prompt_ids = list(tokenizer.encode(prompt))
+            sampling = self._sampling_params({**params, "max_tokens": 1, "prompt_logprobs": 0})
+            sampling.output_kind = self._RequestOutputKind.FINAL_ONLY
+
+            async def one(sub_id: str, text: str) -> float:
+                cand_ids = list(tokenizer.encode(text, add_special_tokens=False))
+                if not cand_ids:
+                    raise RequestError(f"candidate {text!r} has no tokens")
+                engine_input = await self._render_tokens(prompt_ids + cand_ids)
+                final = None
+                async for output in self.engine.generate(engine_input, sampling, sub_id):
+                    final = output
+                if final is None or final.prompt_logprobs is None:
+                    raise RequestError("vLLM returned no prompt log-probabilities")
+                return candidate_logprob(final.prompt_logprobs, len(prompt_ids), cand_ids)
+
+            tasks = [asyncio.create_task(one(s, c)) for s, c in zip(sub_ids, candidates)]
+            try:
+                scores = await asyncio.gather(*tasks)
+            except BaseException:
+                for t in tasks:
+                    t.cancel()
+                await _quietly(self.engine.abort(sub_ids))
+                raise
+            if watcher.done():
+                return False
+            response = pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("candidate_logprobs", np.asarray(scores, dtype=np.float32)),
+                pb_utils.Tensor("num_input_tokens", np.asarray([len(prompt_ids)], dtype=np.uint32)),
+            ])
+            self._responses.put((sender, response, pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL))
+            return True
+
+        await self._run(sender, request_id, body)
+
+    async def _embed(self, sender, prompt: str, pooling):
+        """Pooling runner: one `embedding` (FP32, the model's pooled and, per its config, normalised vector)."""
+        request_id = uuid.uuid4().hex
+
+        async def body(watcher) -> bool:
+            final = None
+            async for output in self.engine.encode(await self._render(prompt), pooling, request_id):
+                final = output
+            if watcher.done() or final is None:
+                return False
+            vector = final.outputs.data.detach().float().cpu().numpy().reshape(-1)
+            response = pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("embedding", vector.astype(np.float32)),
+                pb_utils.Tensor("num_input_tokens", np.asarray([len(final.prompt_token_ids or ())], dtype=np.uint32)),
+            ])
+            self._responses.put((sender, response, pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL))
+            return True
+
+        await self._run(sender, request_id, body)
+
     async def _render(self, prompt: str):
         """Tokenize through vLLM's renderer (raw prompt strings are deprecated in vLLM 0.32's
         AsyncLLM); older vLLMs without a renderer take the text prompt itself."""
@@ -297,6 +479,50 @@ class TritonPythonModel:
             return {"prompt": prompt}
         (engine_input,) = await renderer.render_cmpl_async([{"prompt": prompt}])
         return engine_input
+
+    async def _render_tokens(self, token_ids: list[int]):
+        renderer = getattr(self.engine, "renderer", None)
+        if renderer is None or not hasattr(renderer, "render_cmpl_async"):
+            return {"prompt_token_ids": token_ids}
+        (engine_input,) = await renderer.render_cmpl_async([{"prompt_token_ids": token_ids}])
+        return engine_input
+
+    async def _watch_health(self):
+        """A dead EngineCore must not leave clients waiting: poll the engine, and once it is dead
+        error every in-flight request, refuse new ones, and unload the model so Triton reports it
+        not ready (possible when the server runs with --model-control-mode=explicit)."""
+        while not self._closing:
+            await asyncio.sleep(HEALTH_POLL_S)
+            engine = self.engine
+            if engine is None or self._closing:
+                return
+            try:
+                await engine.check_health()
+            except Exception as exc:
+                self._mark_dead(f"the vLLM engine died ({type(exc).__name__}: {exc or 'EngineCore exited'})")
+                return
+
+    def _mark_dead(self, reason: str):
+        if self._dead is not None:
+            return
+        self._dead = f"model '{self.model_name}' is not ready: {reason}; it was unloaded or must be reloaded"
+        self.logger.log_error(f"[vllm] {self._dead}")
+        for request_id, sender in list(self._requests.items()):
+            self._requests.pop(request_id, None)
+            self._send_error(sender, self._dead)
+        self._reap_children()
+        threading.Thread(target=self._unload_self, name="vllm-unload", daemon=True).start()
+
+    def _unload_self(self):
+        """In its own thread: unloading runs finalize, which needs the event loop this was called from."""
+        try:
+            pb_utils.unload_model(self.model_name)
+        except Exception as exc:
+            self.logger.log_warn(
+                f"[vllm] could not unload '{self.model_name}' after the engine died ({exc}); the model stays "
+                "loaded and answers every request with an error (Triton 2.51 lets a Python model unload "
+                "itself only under --model-control-mode=explicit)"
+            )
 
     async def _watch_cancellation(self, sender, request_id: str):
         """Abort the vLLM request once Triton reports the client gone (polled: the stub has no callback)."""
@@ -313,10 +539,6 @@ class TritonPythonModel:
             error = pb_utils.TritonError("[vllm] request cancelled", code) if code is not None else None
             response = pb_utils.InferenceResponse(error=error) if error is not None else None
         self._responses.put((sender, response, pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL))
-
-    def _text_response(self, texts: list[str]):
-        data = np.asarray([t.encode("utf-8") for t in texts], dtype=self.output_dtype)
-        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("text_output", data)])
 
     def _send_error(self, sender, message: str):
         response = pb_utils.InferenceResponse(error=pb_utils.TritonError(f"[vllm] {message}"))
@@ -437,6 +659,23 @@ def _input_string(request, name: str) -> str | None:
         return None
     value = value[0]
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _input_strings(request, name: str) -> list[str] | None:
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    if tensor is None:
+        return None
+    return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in tensor.as_numpy().reshape(-1)]
+
+
+def _json_object(raw: str, name: str) -> dict:
+    try:
+        value = json.loads(raw) if raw.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise RequestError(f"{name} is not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise RequestError(f"{name} must be a JSON object")
+    return value
 
 
 def _input_bool(request, name: str) -> bool | None:
