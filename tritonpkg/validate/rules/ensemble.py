@@ -72,29 +72,20 @@ def ensemble(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
                             field=f"{path}.model_version", expected=f"-1 or one of {sorted(loaded_versions(sub))}")
         sub_in = {i.name: i for i in sub.config.input}
         sub_out = {o.name: o for o in sub.config.output}
-        for key, value in step.input_map.items():
-            io = sub_in.get(key)
-            if io is None:
-                if sub.has_config_file:
-                    yield m.problem("ensemble.io-name", "error",
-                                    f"input_map key {key!r} is not an input of {sub.name!r}",
-                                    field=f"{path}.input_map[{key}]", expected=f"one of {sorted(sub_in)}")
-                continue
-            decl.setdefault(value, []).append((io.data_type, list(io.dims), sub.name, f"{path}.input_map[{key}]"))
+        for mapname, declared, role in (("input_map", sub_in, "an input"), ("output_map", sub_out, "an output")):
+            for key, value in getattr(step, mapname).items():
+                io = declared.get(key)
+                if io is None:
+                    if sub.has_config_file:
+                        yield m.problem("ensemble.io-name", "error", f"{mapname} key {key!r} is not {role} of {sub.name!r}",
+                                        field=f"{path}.{mapname}[{key}]", expected=f"one of {sorted(declared)}")
+                    continue
+                decl.setdefault(value, []).append((io.data_type, list(io.dims), sub.name, f"{path}.{mapname}[{key}]"))
         for key, io in sub_in.items():
             if key not in step.input_map and not io.optional and step.input_map:
                 yield m.problem("ensemble.step-input-missing", "error",
                                 f"input {key!r} of {sub.name!r} is not mapped to any ensemble tensor in step {s}",
                                 field=f"{path}.input_map", expected=f"input_map {{ key: \"{key}\" value: ... }}")
-        for key, value in step.output_map.items():
-            io = sub_out.get(key)
-            if io is None:
-                if sub.has_config_file:
-                    yield m.problem("ensemble.io-name", "error",
-                                    f"output_map key {key!r} is not an output of {sub.name!r}",
-                                    field=f"{path}.output_map[{key}]", expected=f"one of {sorted(sub_out)}")
-                continue
-            decl.setdefault(value, []).append((io.data_type, list(io.dims), sub.name, f"{path}.output_map[{key}]"))
         if sub.config.max_batch_size > 0 and cfg.max_batch_size > sub.config.max_batch_size:
             yield m.problem("ensemble.batch-size", "error",
                             f"max_batch_size {cfg.max_batch_size} exceeds {sub.name!r}'s {sub.config.max_batch_size}",
