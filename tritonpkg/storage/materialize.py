@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from tritonpkg.repository.atomic import fsync_tree
 from tritonpkg.storage import layout, locks, manifest, plan, space, transfer
 from tritonpkg.storage.errors import ChecksumError, SourceChangedError, StorageError
 from tritonpkg.storage.journal import Journal
@@ -153,14 +154,7 @@ def _check_unchanged(src: Source, files: list[RemoteFile]) -> None:
 
 def _publish(tree: Path, target: Path) -> None:
     """fsync every file and folder, then one rename: readers see nothing or everything."""
-    for dirpath, _dirs, names in os.walk(tree):
-        for name in names:
-            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        _fsync_dir(Path(dirpath))
+    fsync_tree(tree)
     os.rename(tree, target)
     _fsync_dir(target.parent)
 
