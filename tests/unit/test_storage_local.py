@@ -187,3 +187,21 @@ def test_package_materialize_to_with_local_weights(tmp_path, write_spec):
     assert result.exit_code == 0, result.output
     model = Path(json.loads((tmp_path / "repo" / "tiny" / "1" / "model.json").read_text())["model"])
     assert model.parent == tmp_path / "fsx" / "weights" and (model / "READY").is_file()
+
+
+def test_a_spec_stands_for_its_weights_named_after_its_model(tmp_path):
+    """`tritonpkg materialize SPEC --to ROOT` copies the spec's weights into ROOT/<spec name>/."""
+    import json as _json
+
+    from typer.testing import CliRunner
+
+    from tritonpkg.cli import app
+
+    (tmp_path / "spec" / "weights").mkdir(parents=True)
+    (tmp_path / "spec" / "weights" / "config.json").write_text('{"hidden_size": 8}')
+    (tmp_path / "spec" / "tritonpkg.yaml").write_text("name: small\nversion: 1\nkind: vllm\nweights: ./weights\n")
+    result = CliRunner().invoke(app, ["materialize", str(tmp_path / "spec"), "--to", str(tmp_path / "root"), "--json"])
+    assert result.exit_code == 0, result.output
+    summary = _json.loads(result.stdout)
+    assert summary["model"] == "small" and summary["files"] == 1
+    assert (Path(summary["path"]) / "config.json").read_text() == '{"hidden_size": 8}'

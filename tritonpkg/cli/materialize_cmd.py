@@ -39,7 +39,8 @@ def parse_size(text: str, option: str) -> int:
 @app.command("copy")
 @library_errors()
 def copy(
-    source: str = typer.Argument(..., help="s3://bucket/prefix, hf://org/name@revision, a local folder, or an fsspec URL."),
+    source: str = typer.Argument(..., help="s3://bucket/prefix, hf://org/name@revision, a local folder, an fsspec "
+                                           "URL, or a tritonpkg.yaml (its weights, named after its model)."),
     to: Path = typer.Option(..., "--to", help="Destination root (e.g. an FSx mount): ROOT/<model>/<revision>/."),
     name: str | None = typer.Option(None, "--name", help="Model folder name (default: from the source)."),
     revision: str | None = typer.Option(None, "--revision", help="Revision folder name (default: the Hub commit or "
@@ -54,6 +55,7 @@ def copy(
     one download per revision across concurrent runs, READY written last, atomic rename into place."""
     from tritonpkg.storage import materialize
 
+    source, name = _from_spec(source, name)
     size = parse_size(part_size, "--part-size")
     cap = parse_size(max_bandwidth, "--max-bandwidth") if max_bandwidth else None
     kwargs = dict(name=name, revision=revision, concurrency=concurrency, part_size=size, hf_cache=hf_cache,
@@ -70,6 +72,23 @@ def copy(
         f"{result.bytes_resumed / 1e6:.1f} MB resumed, {result.files_skipped} file(s) reused")
     console.print(f"[green]ready:[/] {result.path}  ({result.files} files, {result.bytes_total / 1e6:.1f} MB; {how})",
                   highlight=False)
+
+
+def _from_spec(source: str, name: str | None) -> tuple[str, str | None]:
+    """A spec (file, or folder holding tritonpkg.yaml) stands for its weights, named after its model."""
+    path = Path(source)
+    spec_file = path / "tritonpkg.yaml" if path.is_dir() else path
+    if not (spec_file.is_file() and spec_file.suffix in (".yaml", ".yml")):
+        return source, name
+    from tritonpkg.errors import SpecError
+    from tritonpkg.spec import load_spec
+
+    spec = load_spec(spec_file)
+    location = spec.weights_location()
+    if location is None:
+        raise SpecError("the spec names no weights to materialize", file=spec_file, field="weights",
+                        expected="a local path, s3://bucket/prefix or hf://org/name@revision")
+    return location, name or spec.name
 
 
 def _with_progress(source: str, to: Path, kwargs: dict):
