@@ -70,7 +70,7 @@ CONTROL_KEYS = ("stream", "exclude_input_in_output", *RETURN_FLAGS)
 # Keys of SamplingParams that the backend owns or that only vLLM itself may set.
 RESERVED_FIELDS = {"output_kind", "skip_clone", "output_text_buffer_length", "detokenize"}
 # PoolingParams keys a client may set (task is chosen by the backend: "embed").
-POOLING_FIELDS = ("dimensions", "use_activation", "truncate_prompt_tokens")
+POOLING_FIELDS = ("dimensions", "use_activation")
 
 _BOOL = {"data_type": "TYPE_BOOL", "dims": [1], "optional": True}
 # NVIDIA's contract (names, types and dims as NVIDIA's backend auto-completes them), then the
@@ -320,16 +320,21 @@ class TritonPythonModel:
             raise RequestError(f"invalid sampling parameters: {exc}") from exc
 
     def _pooling_params(self, params: dict):
-        import msgspec
-
         unknown = sorted(k for k in params if k not in POOLING_FIELDS)
         if unknown:
             raise RequestError(
                 f"unknown pooling parameter(s) {', '.join(map(repr, unknown))}; accepted: {', '.join(POOLING_FIELDS)}"
             )
+        if "dimensions" in params:
+            try:
+                params = {**params, "dimensions": int(params["dimensions"])}
+            except (TypeError, ValueError) as exc:
+                raise RequestError(f"pooling parameter 'dimensions' must be an integer, got {params['dimensions']!r}") from exc
+        if "use_activation" in params:
+            params = {**params, "use_activation": _as_bool(params["use_activation"], "use_activation")}
         try:
-            return msgspec.convert({**params, "task": "embed"}, self._PoolingParams, strict=False)
-        except (msgspec.ValidationError, TypeError, *self._client_errors) as exc:
+            return self._PoolingParams(task="embed", **params)
+        except (TypeError, *self._client_errors) as exc:
             raise RequestError(f"invalid pooling parameters: {exc}") from exc
 
     async def _run(self, sender, request_id: str, body):
