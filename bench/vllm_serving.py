@@ -1,0 +1,212 @@
+"""Triton (tritonpkg's vLLM backend) vs `vllm serve` on the tiny LLM: output tokens/s and TTFT.
+
+Both servers run the same weights with the same engine arguments, one after the other (never both
+at once: this machine has 2 cores), and get the same prompts through the same aiohttp client at 1,
+4 and 16 concurrent streaming requests. Every request generates exactly MAX_TOKENS tokens
+(ignore_eos), checked from each server's own token count, so tokens/s compares like with like.
+
+    .venv/bin/python bench/vllm_serving.py [--requests-per-level 32] [--max-tokens 64]
+
+Prints a rich table; goal: Triton >= 0.9x vLLM's throughput and <= 1.1x its TTFT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+TINY = ROOT / "examples" / "tiny-llm"
+LEVELS = (1, 4, 16)
+ENGINE = {"enforce_eager": True, "max_model_len": 256, "dtype": "float32", "max_num_seqs": 16,
+          "max_num_batched_tokens": 512, "disable_log_stats": False}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def prompts(n: int) -> list[str]:
+    words = "the model serves tokens quickly over grpc and http while the engine batches requests".split()
+    return [" ".join(words[(i + j) % len(words)] for j in range(6 + i % 5)) for i in range(n)]
+
+
+async def one_request(session, kind: str, url: str, model: str, prompt: str, max_tokens: int):
+    """-> (ttft seconds, output tokens, total seconds)."""
+    start = time.perf_counter()
+    ttft = None
+    tokens = 0
+    if kind == "triton":
+        body = {"text_input": prompt, "stream": True, "return_num_output_tokens": True,
+                "sampling_parameters": json.dumps({"max_tokens": max_tokens, "temperature": 0, "ignore_eos": True})}
+        endpoint = f"{url}/v2/models/{model}/generate_stream"
+    else:
+        body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
+                "stream": True, "stream_options": {"include_usage": True}}
+        endpoint = f"{url}/v1/completions"
+    async with session.post(endpoint, json=body) as resp:
+        resp.raise_for_status()
+        async for raw in resp.content:
+            line = raw.decode().strip()
+            if not line.startswith("data:") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[5:])
+            if "error" in event:
+                raise RuntimeError(event["error"])
+            if kind == "triton":
+                n = event.get("num_output_tokens", 0)
+                n = n[0] if isinstance(n, list) else n
+                text = event.get("text_output", "")
+            else:
+                if event.get("usage"):
+                    tokens = event["usage"]["completion_tokens"]
+                n = 0
+                text = "".join(c.get("text", "") for c in event.get("choices", []))
+            if ttft is None and (n or text):
+                ttft = time.perf_counter() - start
+            tokens += n
+    return ttft, tokens, time.perf_counter() - start
+
+
+async def run_level(kind: str, url: str, model: str, concurrency: int, requests: int, max_tokens: int) -> dict:
+    import aiohttp
+
+    todo = prompts(requests)
+    results = []
+    sem = asyncio.Semaphore(concurrency)
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
+        async def worker(p):
+            async with sem:
+                results.append(await one_request(session, kind, url, model, p, max_tokens))
+
+        await one_request(session, kind, url, model, "warm up", 4)
+        start = time.perf_counter()
+        await asyncio.gather(*(worker(p) for p in todo))
+        wall = time.perf_counter() - start
+    tokens = sum(r[1] for r in results)
+    if tokens != requests * max_tokens:
+        raise RuntimeError(f"{kind}: {tokens} tokens generated, expected {requests * max_tokens}")
+    ttfts = sorted(r[0] for r in results)
+    return {"tok_s": tokens / wall, "ttft_p50": statistics.median(ttfts),
+            "ttft_p99": ttfts[min(len(ttfts) - 1, round(0.99 * (len(ttfts) - 1)))]}
+
+
+def wait_http(url: str, timeout: float, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"{url} not ready within {timeout} s")
+
+
+def measure(kind, url, model, args) -> dict[int, dict]:
+    out = {}
+    for level in LEVELS:
+        out[level] = asyncio.run(run_level(kind, url, model, level, max(level, args.requests_per_level), args.max_tokens))
+        print(f"  {kind} c={level}: {out[level]['tok_s']:.0f} tok/s, TTFT p50 {out[level]['ttft_p50'] * 1000:.0f} ms",
+              flush=True)
+    return out
+
+
+def bench_triton(weights: Path, work: Path, args) -> dict:
+    from tritonpkg.repository import package_spec
+    from tritonpkg.runtime import TritonServer, ensure_runtime
+    from tritonpkg.spec import load_spec
+
+    spec = yaml.safe_load((TINY / "tritonpkg.yaml").read_text())
+    spec["weights"] = str(weights)
+    spec["engine_args"] = dict(ENGINE)
+    (work / "spec").mkdir()
+    (work / "spec" / "tritonpkg.yaml").write_text(yaml.safe_dump(spec))
+    package_spec(load_spec(work / "spec"), work / "repo")
+    with TritonServer(work / "repo", runtime=ensure_runtime(), startup_timeout=600) as srv:
+        return measure("triton", srv.http_url, "tiny_llm", args)
+
+
+def bench_vllm(weights: Path, args) -> dict:
+    port = free_port()
+    cmd = [str(Path(sys.executable).parent / "vllm"), "serve", str(weights), "--port", str(port),
+           "--host", "127.0.0.1", "--served-model-name", "tiny_llm"]
+    for k, v in ENGINE.items():
+        flag = "--" + k.replace("_", "-")
+        if isinstance(v, bool):
+            cmd += [flag] if v else [f"--no-{k.replace('_', '-')}"] if k != "disable_log_stats" else []
+        else:
+            cmd += [flag, str(v)]
+    log = Path(tempfile.gettempdir()) / f"bench-vllm-serve-{port}.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        try:
+            wait_http(f"http://127.0.0.1:{port}/health", 600, proc)
+        except RuntimeError as exc:
+            raise RuntimeError(f"vllm serve: {exc}; log: {log}\n{log.read_text()[-3000:]}") from None
+        return measure("vllm", f"http://127.0.0.1:{port}", "tiny_llm", args)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(30)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests-per-level", type=int, default=32)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    args = parser.parse_args()
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    from rich.console import Console
+    from rich.table import Table
+
+    with tempfile.TemporaryDirectory(prefix="bench-vllm-") as tmp:
+        work = Path(tmp)
+        weights = work / "weights"
+        subprocess.run([sys.executable, str(TINY / "make_tiny_llm.py"), "--out", str(weights)], check=True,
+                       stdout=subprocess.DEVNULL)
+        triton = bench_triton(weights, work, args)
+        vllm = bench_vllm(weights, args)
+
+    table = Table(title=f"tiny LLM, {args.max_tokens} tokens/request, streaming, temperature 0 "
+                        f"(goal: Triton >= 0.9x tok/s, <= 1.1x TTFT)")
+    for col in ("concurrency", "Triton tok/s", "vLLM tok/s", "ratio", "Triton TTFT p50/p99 ms",
+                "vLLM TTFT p50/p99 ms", "TTFT p50 ratio"):
+        table.add_column(col, justify="right")
+    for level in LEVELS:
+        t, v = triton[level], vllm[level]
+        table.add_row(str(level), f"{t['tok_s']:.0f}", f"{v['tok_s']:.0f}", f"{t['tok_s'] / v['tok_s']:.2f}x",
+                      f"{t['ttft_p50'] * 1e3:.0f} / {t['ttft_p99'] * 1e3:.0f}",
+                      f"{v['ttft_p50'] * 1e3:.0f} / {v['ttft_p99'] * 1e3:.0f}",
+                      f"{t['ttft_p50'] / v['ttft_p50']:.2f}x")
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()
