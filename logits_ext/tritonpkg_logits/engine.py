@@ -1,0 +1,122 @@
+"""Python face of the C++ engine: spec validation, the compile cache, and torch tensor plumbing."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from tritonpkg_logits import _core
+from tritonpkg_logits.spec import canonical_key, normalize
+
+
+class Engine:
+    """Rows of constraint state machines over one vocabulary.
+
+    ``token_bytes[i]`` is the text token ``i`` spells (needed only by ``choice``); ``eos_ids`` are the
+    ids that end a request (allowed in accepting states, and the only ids left after a violation).
+    """
+
+    def __init__(self, vocab_size: int, eos_ids: Sequence[int], token_bytes: Sequence[bytes] = (), num_threads: int = 0):
+        self.vocab_size = vocab_size
+        self.eos_ids = sorted(set(eos_ids))
+        self._core = _core.Engine(vocab_size, self.eos_ids, list(token_bytes), num_threads)
+
+    def compile(self, spec: Any) -> int:
+        """Handle of the compiled constraint; compiled once per distinct (canonical) spec."""
+        spec = normalize(spec)
+        key = canonical_key(spec)
+        handle = self._core.lookup(key)
+        if handle >= 0:
+            return handle
+        kind = spec["type"]
+        if kind == "token_dfa":
+            n_states = 1 + max([spec["start"], *spec["accept"], *(t[0] for t in spec["transitions"]), *(t[2] for t in spec["transitions"])])
+            return self._core.add_dfa(key, spec["start"], n_states, spec["transitions"], spec["accept"])
+        if kind == "choice":
+            return self._core.add_choice(key, [c.encode() for c in spec["choices"]])
+        if kind == "ngram":
+            return self._core.add_ngram(key, spec["banned"], spec["max_repeat"])
+        if kind == "allow":
+            return self._core.add_tokens(key, spec["tokens"] + (self.eos_ids if spec["eos"] else []), True)
+        return self._core.add_tokens(key, spec["tokens"], False)
+
+    @property
+    def num_constraints(self) -> int:
+        return self._core.num_constraints()
+
+    def set_row(self, row: int, handle: int, output_ids: list[int] | None = None) -> None:
+        """(Re)start ``row`` on a constraint; ``output_ids`` is a live list read at every apply()."""
+        self._core.set_row(row, handle, output_ids)
+
+    def clear_row(self, row: int) -> None:
+        self._core.clear_row(row)
+
+    def move_row(self, src: int, dst: int) -> None:
+        self._core.move_row(src, dst)
+
+    def swap_rows(self, a: int, b: int) -> None:
+        self._core.swap_rows(a, b)
+
+    def has_row(self, row: int) -> bool:
+        return self._core.has_row(row)
+
+    def feed(self, row: int, tokens: Sequence[int]) -> None:
+        self._core.feed(row, list(tokens))
+
+    def restart(self, row: int, tokens: Sequence[int]) -> None:
+        self._core.restart(row, list(tokens))
+
+    def consumed(self, row: int) -> int:
+        return self._core.consumed(row)
+
+    def allowed(self, row: int) -> list[int]:
+        return self._core.allowed(row)
+
+    def apply(self, logits, slots: Sequence[int] | None = None) -> int:
+        """Mask CPU float32 ``logits`` [rows, V] in place; returns rows left on a placeholder."""
+        import torch
+
+        if logits.device.type != "cpu" or logits.dtype != torch.float32 or logits.dim() != 2 or logits.stride(1) != 1:
+            raise ValueError("Engine.apply needs a 2-D CPU float32 tensor with contiguous rows; use apply_any()")
+        return self._core.apply(logits.data_ptr(), logits.shape[0], logits.shape[1], logits.stride(0), list(slots or ()))
+
+    def bitmask(self, n_rows: int, slots: Sequence[int] | None = None, out=None):
+        """Packed int32 [n_rows, ceil(V/32)] allowed-bitmask built on the CPU (bit set = allowed)."""
+        import torch
+
+        words = (self.vocab_size + 31) // 32
+        if out is None:
+            out = torch.empty((n_rows, words), dtype=torch.int32)
+        self._core.fill_bitmask(out.data_ptr(), n_rows, words, list(slots or ()))
+        return out
+
+    def apply_any(self, logits, slots: Sequence[int] | None = None) -> int:
+        """In place for CPU float32; otherwise (GPU, other dtypes) one vectorised bitmask op."""
+        import torch
+
+        if logits.device.type == "cpu" and logits.dtype == torch.float32 and logits.stride(1) == 1:
+            return self.apply(logits, slots)
+        mask = self.bitmask(logits.shape[0], slots)
+        apply_bitmask(logits, mask, self.vocab_size)
+        return 0
+
+
+def apply_bitmask(logits, packed, vocab_size: int) -> None:
+    """Set logits whose bit is clear to -inf, in place. On CUDA xgrammar's kernel does it in one
+    launch; elsewhere a torch unpack + masked_fill (correct anywhere, tested on the CPU only)."""
+    import torch
+
+    if packed.device != logits.device:
+        packed = packed.pin_memory().to(logits.device, non_blocking=True) if logits.is_cuda else packed.to(logits.device)
+    if logits.is_cuda:
+        try:
+            import xgrammar
+
+            xgrammar.apply_token_bitmask_inplace(logits, packed, vocab_size=vocab_size)
+            return
+        except ImportError:
+            pass
+    idx = torch.arange(vocab_size, device=logits.device)
+    bits = (packed[:, idx >> 5] >> (idx & 31)) & 1
+    logits[:, :vocab_size].masked_fill_(bits == 0, float("-inf"))
+    if logits.shape[1] > vocab_size:
+        logits[:, vocab_size:] = float("-inf")
