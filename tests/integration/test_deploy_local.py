@@ -228,6 +228,7 @@ def test_interrupted_deploy_is_rolled_back_by_the_next_command(red_black):
 
     def interrupt(phase, step):
         if phase == "forward" and step.kind == "gate":
+            time.sleep(1.0)  # traffic reaches the new unit first
             raise KeyboardInterrupt  # the command dies mid-shift: nothing undone, the run stays 'running'
 
     hooks["on_step"] = interrupt

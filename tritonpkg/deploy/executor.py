@@ -33,6 +33,8 @@ class Release(BaseModel):
     traffic_steps: list[int] = Field(default_factory=lambda: [10, 25, 50, 100])
     replicas: int = 1
     gpus: int = 0
+    weights: str | None = None
+    target_release: str = "24.10"
     strategy: str = "auto"
     schema_: iodiff.Schema | None = Field(default=None, alias="schema")
 
@@ -69,6 +71,7 @@ def release_from(source: str | Path, workdir: Path, strategy: str | None = None)
     d = spec.deployment
     return Release(model=spec.name, version=spec.version, repository=repo, smoke_request=d.smoke_request,
                    traffic_steps=d.traffic_steps, replicas=d.replicas, gpus=d.gpus,
+                   weights=spec.weights_location(), target_release=spec.target_release,
                    strategy=strategy or d.strategy, schema=iodiff.load(repo / spec.name))
 
 
@@ -197,10 +200,12 @@ class Executor:
                 self.store.record_step(run, idx, "rollback", step, "failed", str(exc))
 
     def _sync_proxy(self, model: str) -> None:
-        """Give the driver the proxy facts the state holds, and record what it started."""
+        """Give the driver what the state holds: the local proxy's facts, the kubernetes route's picture."""
         dep = self.store.deployment(model)
-        if dep is None or not hasattr(self.driver, "proxy"):
+        if dep is None:
             return
+        if hasattr(self.driver, "sync"):
+            self.driver.sync(model, self.store.units_table(model), dep.get("alias"))
         if dep["info"].get("proxy") and not self.driver.proxy:
             self.driver.proxy = dict(dep["info"]["proxy"])
 
@@ -225,11 +230,12 @@ class Executor:
         if kind == "provision":
             assert release is not None and step.unit and step.version is not None
             unit = Unit(name=step.unit, version=step.version, color=step.color,
-                        replicas=release.replicas, status="provisioning", last_active=time.time())
+                        replicas=step.replicas.get(step.unit, release.replicas), status="provisioning",
+                        last_active=time.time())
             self.store.put_unit(model, unit)
             taken = {r["endpoints"]["slot"] for r in self.store.units_table(model)
                      if r["status"] != "retired" and "slot" in r["endpoints"]}
-            endpoints = self.driver.provision(model, unit, release.repository, taken)
+            endpoints = self.driver.provision(model, unit, release, taken)
             schema = release.schema_.model_dump() if release.schema_ else None
             self.store.update_unit(model, step.unit, status="inactive", endpoints={**endpoints, "schema": schema})
             self._save_proxy(model)

@@ -130,15 +130,16 @@ class LocalDriver:
         raise TritonpkgError("every HAProxy slot is taken", field="slots",
                              expected="fewer live units (retire some, or run gc)")
 
-    def provision(self, model: str, unit: Unit, repo: Path, taken_slots: set[int]) -> dict[str, Any]:
+    def provision(self, model: str, unit: Unit, release: Any, taken_slots: set[int]) -> dict[str, Any]:
         from tritonpkg.runtime import TritonServer
 
+        repo = Path(release.repository)
         self.ensure_proxy()
         slot = self._free_slot(taken_slots)
         log = self.workdir / f"{unit.name}.log"
         log.unlink(missing_ok=True)
         server = TritonServer(repo, runtime=self.runtime, startup_timeout=self.startup_timeout, log_path=log,
-                              extra_args=[SUMMARY])
+                              extra_args=[SUMMARY], exit_timeout=3)
         try:
             self._start(server.start)
         except BaseException:
