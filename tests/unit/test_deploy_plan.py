@@ -92,7 +92,17 @@ def test_rollback_needs_an_earlier_unit():
     # equal weights: the newer unit counts as the serving one and traffic goes back to the older
     plan = plan_rollback(mid)
     assert plan.steps[0].weights == {"m-blue": 100, "m-green": 0}
-    assert [s.kind for s in plan.steps] == ["shift", "alias", "drain", "retire"]
+    assert [s.kind for s in plan.steps] == ["shift", "drain", "retire", "alias"]
+
+
+def test_versioned_rollback_moves_the_alias_back_and_retires_the_newer():
+    live = LiveState(model="m", strategy="versioned", alias="m-v2", units=[
+        Unit(name="m-v1", version=1, weight=100, status="serving", routed=True),
+        Unit(name="m-v2", version=2, status="inactive", routed=True)])
+    plan = plan_rollback(live)
+    assert [(s.kind, s.unit) for s in plan.steps] == [("alias", "m-v1"), ("drain", "m-v2"), ("retire", "m-v2")]
+    with pytest.raises(PlanError, match="no earlier version"):
+        plan_rollback(live.model_copy(update={"alias": "m-v1"}))
 
 
 def test_auto_picks_by_compatibility_and_says_why():

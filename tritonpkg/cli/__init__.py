@@ -7,6 +7,7 @@ import typer
 
 from tritonpkg.cli import (compat_cmd, demo_cmd, materialize_cmd, package_cmd, runtime_cmd, serve_cmd, spec_cmd,
                            validate_cmd)
+from tritonpkg.cli import deploy_cmd
 
 app = typer.Typer(
     name="tritonpkg",
@@ -21,6 +22,10 @@ app.command("package")(package_cmd.package)
 app.command("validate")(validate_cmd.validate)
 app.command("serve")(serve_cmd.serve)
 app.command("demo")(demo_cmd.demo)
+app.command("deploy")(deploy_cmd.deploy)
+app.command("status")(deploy_cmd.status)
+app.command("rollback")(deploy_cmd.rollback)
+app.command("diff")(deploy_cmd.diff)
 app.add_typer(compat_cmd.app, name="compat")
 app.add_typer(runtime_cmd.app, name="runtime")
 app.add_typer(materialize_cmd.app, name="materialize")

@@ -160,20 +160,32 @@ def plan_gc(live: LiveState, now: float, grace_s: float) -> list[Step]:
 
 
 def plan_rollback(live: LiveState) -> Plan:
-    """`tritonpkg rollback`: back to the previous unit when one is still running, else refuse."""
+    """`tritonpkg rollback`. red-black (mid-rollout, or when the old unit still runs): all shared traffic back
+    to the older unit in one operation, the newer one retired. versioned: the alias goes back to the
+    previous version and the newer version is retired; unversioned traffic stays where it is."""
+    if live.strategy == "versioned":
+        current = live.unit(live.alias or "")
+        older = sorted((u for u in live.active() if current and u.version < current.version),
+                       key=lambda u: u.version, reverse=True)
+        if current is None or not older:
+            raise PlanError(f"{live.model} has no earlier version running to roll back to",
+                            expected="a versioned deployment with an older version still deployed")
+        steps = [Step(kind="alias", unit=older[0].name)]
+        if current.weight > 0:
+            steps.append(Step(kind="shift", weights={older[0].name: 100, current.name: 0}, note="one operation"))
+        steps += [Step(kind="drain", unit=current.name), Step(kind="retire", unit=current.name)]
+        return Plan(model=live.model, strategy="versioned", new_unit=older[0].name, steps=steps, rollback=[])
     serving = live.serving()
     others = sorted((u for u in live.active() if serving is None or u.name != serving.name),
                     key=lambda u: u.version, reverse=True)
     if serving is None or not others:
-        raise PlanError(f"{live.model} has no earlier unit running to roll back to",
-                        expected="a deployment whose previous version is still up (versioned, or mid-rollout)")
+        raise PlanError(f"{live.model} has no earlier unit running to roll back to (a finished red-black rollout "
+                        "retires the old unit)", expected="deploy the previous version again")
     back = others[0]
     steps = [Step(kind="shift", weights={back.name: 100, serving.name: 0}, note="one operation"),
+             Step(kind="drain", unit=serving.name), Step(kind="retire", unit=serving.name),
              Step(kind="alias", unit=back.name)]
-    if live.strategy == "red-black":
-        steps += [Step(kind="drain", unit=serving.name), Step(kind="retire", unit=serving.name)]
-    return Plan(model=live.model, strategy=live.strategy or "red-black", new_unit=back.name, steps=steps,
-                rollback=[])
+    return Plan(model=live.model, strategy="red-black", new_unit=back.name, steps=steps, rollback=[])
 
 
 def choose(strategy: str, compatible: bool | None, reasons: list[str]) -> tuple[Strategy, str]:

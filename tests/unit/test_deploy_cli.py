@@ -1,0 +1,85 @@
+"""`tritonpkg diff`, `deploy --dry-run`, `status` and their errors, through the real CLI (no processes)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from tritonpkg.cli import app
+
+runner = CliRunner()
+
+
+def spec(write_spec, folder: str, version: int, inputs: list[dict], **extra) -> str:
+    data = {"name": "m", "version": version, "kind": "python",
+            "python": {"template": "custom", "parameters": {"module": "h.py"}, "files": ["h.py"],
+                       "inputs": inputs, "outputs": [{"name": "Y", "data_type": "FP32", "dims": [2]}]},
+            "deployment": {"traffic_steps": [20, 100], "smoke_request": {"X": [1.0, 2.0]}}, **extra}
+    return str(write_spec(data, folder=folder, extra_files={"h.py": "def model(i):\n    return i\n"}))
+
+
+X = [{"name": "X", "data_type": "FP32", "dims": [2]}]
+
+
+def test_diff_says_compatible_and_picks_red_black(write_spec):
+    old = spec(write_spec, "a", 1, X)
+    new = spec(write_spec, "b", 2, X + [{"name": "MASK", "data_type": "BOOL", "dims": [2], "optional": True}])
+    res = runner.invoke(app, ["diff", old, new, "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert data["compatible"] is True and data["strategy"] == "red-black"
+    assert [c["where"] for c in data["changes"]] == ["input MASK"]
+    table = runner.invoke(app, ["diff", old, new])
+    assert "added as optional" in table.output and "compatible" in table.output
+
+
+def test_diff_says_why_an_incompatible_change_goes_versioned(write_spec):
+    old = spec(write_spec, "a", 1, X)
+    new = spec(write_spec, "b", 2, [{"name": "X", "data_type": "INT64", "dims": [2]}])
+    data = json.loads(runner.invoke(app, ["diff", old, new, "--json"]).output)
+    assert data["compatible"] is False and data["strategy"] == "versioned"
+    assert "input X: dtype changed" in data["reason"]
+
+
+def test_diff_names_the_unreadable_file(tmp_path):
+    (tmp_path / "x.txt").write_text("hello")
+    res = runner.invoke(app, ["diff", str(tmp_path / "x.txt"), str(tmp_path / "x.txt")])
+    assert res.exit_code == 1 and "cannot read an I/O schema" in res.output and "x.txt" in res.output
+
+
+def test_kubernetes_dry_run_writes_validated_manifests(write_spec, tmp_path):
+    pytest.importorskip("kubernetes_validate")
+    src = spec(write_spec, "a", 1, X, weights="s3://models/m", )
+    out = tmp_path / "manifests"
+    res = runner.invoke(app, ["deploy", src, "--target", "kubernetes", "--dry-run", "-o", str(out),
+                              "--state", str(tmp_path / "state"), "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert data["plan"]["strategy"] == "red-black"
+    assert sorted(p.name for p in out.iterdir()) == ["configmap-m-blue-repository.yaml", "deployment-m-blue.yaml",
+                                                      "httproute-m.yaml", "service-m-blue.yaml"]
+    assert len(data["validated"]) == 4
+    route = yaml.safe_load((out / "httproute-m.yaml").read_text())
+    assert route["spec"]["rules"][-1]["backendRefs"] == [{"name": "m-blue", "port": 8000, "weight": 100}]
+
+
+def test_dry_run_prints_the_plan_and_its_rollback(write_spec, tmp_path):
+    res = runner.invoke(app, ["deploy", spec(write_spec, "a", 1, X), "--dry-run", "--state", str(tmp_path / "s")])
+    assert res.exit_code == 0, res.output
+    assert "provision m-blue" in res.output and "rollback: retire m-blue" in res.output
+
+
+def test_status_and_rollback_of_unknown_models(tmp_path):
+    state = str(tmp_path / "s")
+    assert "no deployments" in runner.invoke(app, ["status", "--state", state]).output
+    assert json.loads(runner.invoke(app, ["status", "--state", state, "--json"]).output) == []
+    res = runner.invoke(app, ["rollback", "nope", "--state", state])
+    assert res.exit_code == 1 and "no deployment of 'nope'" in res.output
+
+
+def test_bad_strategy_is_a_usage_error(write_spec, tmp_path):
+    res = runner.invoke(app, ["deploy", spec(write_spec, "a", 1, X), "--strategy", "canary"])
+    assert res.exit_code == 2 and "--strategy" in res.output
