@@ -118,6 +118,20 @@ def served_versions(http_url: str, model: str, n: int = 20, **kw) -> dict[str, i
     return load.versions()
 
 
+def grpc_version(grpc_url: str, model: str, input_name: str, headers: dict | None = None) -> str:
+    """One gRPC inference through HAProxy; the model version that answered."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(grpc_url)
+    try:
+        tensor = grpcclient.InferInput(input_name, [2], "FP32")
+        tensor.set_data_from_numpy(np.array([1.0, 2.0], dtype=np.float32))
+        return client.infer(model, [tensor], headers=headers).get_response().model_version
+    finally:
+        client.close()
+
+
 REPORT: list[str] = []
 
 
@@ -268,8 +282,13 @@ def test_full_red_black_rollout_under_load(red_black):
     assert served_versions(driver.proxy["http_url"], "adder") == {"2": 20}
     units = {r["name"]: r["status"] for r in store.units_table("adder")}
     assert units == {"adder-blue": "retired", "adder-green": "serving"}
-    kinds = [s["kind"] for s in store.steps(out.run)]
+    steps = store.steps(out.run)
+    kinds = [s["kind"] for s in steps]
     assert kinds.count("gate") == 3 and kinds[-3:] == ["drain", "retire", "alias"]
+    gates = [s["message"] for s in steps if s["kind"] == "gate"]
+    REPORT.append("gates: " + " | ".join(gates))
+    assert all("error rate 0.00%" in g and "p99" in g for g in gates), gates  # Triton's latency summary is read
+    assert grpc_version(driver.proxy["grpc_url"], "adder", "X") == "2"  # gRPC goes through the proxy too
 
 
 def test_versioned_keeps_old_clients_and_gc_keeps_latest(tmp_path, runtime):
@@ -293,6 +312,10 @@ def test_versioned_keeps_old_clients_and_gc_keeps_latest(tmp_path, runtime):
         assert old_clients.versions() == {"1": len(old_clients.results)}
         assert new == {"2": 20}
         assert store.deployment("echo")["alias"] == "echo-v2"
+        grpc = driver.proxy["grpc_url"]  # gRPC names its version with a header
+        assert grpc_version(grpc, "echo", "Z", {"x-model-version": "2"}) == "2"
+        assert grpc_version(grpc, "echo", "X", {"x-model-version": "1"}) == "1"
+        assert grpc_version(grpc, "echo", "Z", {"x-model-version": "current"}) == "2"
 
         assert ex.deploy(release_from(write_spec(tmp_path, "echo", 3, input_name="Z"), work, "versioned")).ok
         assert ex.gc("echo", grace_s=3600) == []  # all recently active

@@ -130,3 +130,24 @@ def test_state_round_trip_and_interrupted_runs(tmp_path):
     assert reopened.running_runs() == [] and reopened.runs("m")[0]["status"] == "rolled_back"
     store.update_unit("m", "m-blue", status="retired")
     assert store.live("m").units == [] and LiveState(model="m").serving() is None
+
+
+def test_a_packaged_repository_is_a_release_and_a_diff_side(write_spec, tmp_path):
+    from tritonpkg.deploy.executor import release_from
+    from tritonpkg.repository import package_spec
+    from tritonpkg.spec import load_spec
+
+    path = write_spec({"name": "m", "version": 3, "kind": "python", "python": {
+        "template": "custom", "parameters": {"module": "h.py"}, "files": ["h.py"],
+        "inputs": [{"name": "X", "data_type": "FP32", "dims": [2]}],
+        "outputs": [{"name": "Y", "data_type": "FP32", "dims": [2]}]}},
+        extra_files={"h.py": "def model(i):\n    return i\n"})
+    repo = tmp_path / "repo"
+    package_spec(load_spec(path), repo)
+    rel = release_from(repo, tmp_path / "work")
+    assert (rel.model, rel.version, rel.repository) == ("m", 3, repo.absolute())
+    assert [t.name for t in rel.schema_.inputs] == ["X"]
+    from_spec = release_from(path, tmp_path / "work", "versioned")
+    assert from_spec.strategy == "versioned" and (from_spec.repository / "m" / "3" / "model.py").is_file()
+    assert iodiff.diff(iodiff.load(repo), iodiff.load(path)).changes == []
+    assert iodiff.load(repo / "m" / "config.pbtxt").version == 3
