@@ -172,9 +172,9 @@ class Executor:
         done: list[str] = []
         self._baseline.clear()
         for idx, step in enumerate(plan.steps):
-            if self.on_step:
-                self.on_step("forward", step)
             try:
+                if self.on_step:
+                    self.on_step("forward", step)
                 message = self._do(plan.model, step, release)
             except Exception as exc:  # any failure: the plan's rollback, then report
                 error = f"{step.describe()}: {exc}"
