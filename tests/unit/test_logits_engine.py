@@ -143,8 +143,9 @@ def test_incremental_equals_replay(spec, stream):
 
 
 def test_thread_pool_rows_match_reference_at_real_width():
-    """Wide batches go through the worker pool; every row still gets exactly its own mask."""
-    width, eos = 32000, 2
+    """Wide batches go through the worker pool (and, past 32 MiB, streaming stores); every row still
+    gets exactly its own mask."""
+    width, eos, n = 32000, 2, 272
     eng = Engine(width, [eos], num_threads=4)
     ref = RefEngine(width, [eos])
     g = torch.Generator().manual_seed(0)
@@ -152,17 +153,17 @@ def test_thread_pool_rows_match_reference_at_real_width():
               {"type": "ban", "tokens": torch.randint(0, width, (300,), generator=g).tolist()},
               {"type": "ngram", "banned": [[5, 6], [7]], "max_repeat": 2}]
     outputs = []
-    for row in range(64):
+    for row in range(n):
         spec = specs_[row % 3]
         out = [5] if row % 3 == 2 and row % 2 else [9, 9]
         outputs.append(out)
         eng.set_row(row, eng.compile(spec), out)
         ref.set_row(row, ref.compile(spec), out)
     assert eng.num_constraints == 3  # compiled once per distinct spec
-    logits = torch.randn(64, width, generator=g)
+    logits = torch.randn(n, width, generator=g)
     mine = logits.clone()
     eng.apply(mine)
-    for row in range(64):
+    for row in range(n):
         keep = torch.zeros(width, dtype=torch.bool)
         keep[ref.allowed(row)] = True
         expect = logits[row].masked_fill(~keep, float("-inf"))
