@@ -43,6 +43,9 @@ constexpr size_t kScatterCost = 8;
 size_t kPoolMinElems = size_t(1) << 16;
 constexpr size_t kStreamBytes = size_t(32) << 20;
 
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target_clones("avx2", "default")))  // wider stores where the CPU has them
+#endif
 void fill_neg_inf(float* p, size_t n, bool stream) {
 #if defined(__SSE2__)
   if (stream) {
