@@ -7,7 +7,10 @@ For B rows x V vocab float32 logits, two cases: "allow50" (each row may only tak
   python  a per-request Python processor: a torch op sequence per row
   xgr     xgrammar.apply_token_bitmask_inplace on the CPU with a prebuilt bitmask (bitmask build not timed)
 
-    .venv/bin/python bench/logits.py [--quick] [--json out.json]
+    .venv/bin/python bench/logits.py [--quick] [--json out.json] [--vllm]
+
+--vllm also measures decode tokens/s of 16 concurrent requests in vLLM CPU on the tiny Llama
+(examples/tiny-llm), with a constraint on every request vs none (the plugin is loaded either way).
 """
 
 from __future__ import annotations
@@ -68,10 +71,44 @@ def bench_cell(b: int, v: int, case: str, gen: torch.Generator) -> dict[str, flo
     return out
 
 
+def vllm_decode(n: int = 16, max_tokens: int = 128) -> dict[str, float]:
+    import importlib.util
+    import os
+    import tempfile
+    from pathlib import Path
+
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    # In-process engine: with the engine-core subprocess this config's worker died with SIGILL here,
+    # with or without the plugin installed (vLLM CPU, not logits_ext); in-process it runs.
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    from vllm import LLM, SamplingParams
+
+    here = Path(__file__).resolve().parent.parent / "examples" / "tiny-llm" / "make_tiny_llm.py"
+    spec = importlib.util.spec_from_file_location("make_tiny_llm", here)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    model = mod.make(Path(tempfile.mkdtemp()) / "tiny")
+    llm = LLM(model=str(model), enforce_eager=True, max_model_len=256, max_num_seqs=n, seed=0, block_size=32, dtype="bfloat16")
+    prompts = [f"hello world {i}" for i in range(n)]
+    constraints = [{"type": "allow", "tokens": list(range(3 + i, 53 + i))} for i in range(n)]
+    result = {}
+    for label, extra in (("off", [None] * n), ("on", [{"constraint": c} for c in constraints])):
+        params = [SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=1.0, extra_args=e) for e in extra]
+        llm.generate(prompts, params, use_tqdm=False)  # warm-up
+        best = 0.0
+        for _ in range(3):
+            t0 = time.perf_counter()
+            outs = llm.generate(prompts, params, use_tqdm=False)
+            best = max(best, sum(len(o.outputs[0].token_ids) for o in outs) / (time.perf_counter() - t0))
+        result[label] = best
+    return result
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="B in {1, 32, 256} only")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--vllm", action="store_true", help="also measure vLLM decode tokens/s, constraints on vs off")
     args = ap.parse_args()
     from rich.console import Console
     from rich.table import Table
@@ -92,6 +129,11 @@ def main() -> None:
                       f"{r['python']:.0f}", f"{r['xgr']:.0f}", f"{r['cpp'] / r['floor']:.2f}x",
                       f"{r['python'] / r['cpp']:.1f}x", f"{r['xgr'] / r['cpp']:.1f}x")
     Console(width=160).print(table)
+    if args.vllm:
+        tps = vllm_decode()
+        print(f"vLLM CPU tiny Llama, 16 concurrent x 128 tokens: off {tps['off']:.0f} tok/s, on {tps['on']:.0f} tok/s, "
+              f"on/off {tps['on'] / tps['off']:.2f}")
+        rows.append({"case": "vllm_decode_tok_s", **tps})
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
