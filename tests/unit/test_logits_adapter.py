@@ -157,3 +157,58 @@ def test_v2_adapter_tracks_prefill_decode_and_replay():
     prefill[3] = 12
     assert step([(3, 10, 10)]) == [full]  # refill in progress
     assert step([(3, 11, 11)]) == [[EOS]]
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from tritonpkg_logits.reference import RefEngine  # noqa: E402
+
+SPECS = [None, allow(5, 6, 7), DFA, {"type": "ngram", "banned": [[10, 11]], "max_repeat": 2},
+         {"type": "ban", "tokens": [10, 12]}, {"type": "choice", "choices": [" Paris", "hello"]}]
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_random_batch_updates_match_reference(data):
+    """update_state + apply over random removed/added/moved batches equals the reference engine
+    driven by the same operations (including constraint-free requests replacing constrained ones)."""
+    from transformers import AutoTokenizer
+
+    from tritonpkg_logits.vocab import token_bytes
+
+    proc = ConstraintLogitsProcessor(config(), torch.device("cpu"), False)
+    ref = RefEngine(V, [EOS], token_bytes(AutoTokenizer.from_pretrained(str(TOKENIZER)), V))
+    lists: dict[int, list[int]] = {}
+    size = 0
+    for _ in range(data.draw(st.integers(1, 12))):
+        removed = data.draw(st.lists(st.integers(0, 5), max_size=2, unique=True))
+        added = []
+        for idx in data.draw(st.lists(st.integers(0, 5), max_size=3, unique=True)):
+            spec = data.draw(st.sampled_from(SPECS))
+            out = data.draw(st.lists(st.sampled_from([5, 6, 10, 11, 12, 7]), max_size=4))  # re-adds carry outputs
+            added.append((idx, params(spec), [1], out))
+        moved = [(a, b, data.draw(st.sampled_from(list(MoveDirectionality))))
+                 for a, b in data.draw(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)).filter(lambda t: t[0] != t[1]), max_size=2))]
+        size = 6
+        update(proc, size, removed, added, moved)
+        for i in removed:
+            ref.clear_row(i)
+        for idx, p, _, out in added:
+            spec = p.extra_args["constraint"] if p.extra_args else None
+            if spec is None:
+                ref.clear_row(idx)
+            else:
+                ref.set_row(idx, ref.compile(spec), out)
+        for a, b, d in moved:
+            (ref.swap_rows if d == MoveDirectionality.SWAP else ref.move_row)(a, b)
+        # decode: each constrained row takes an allowed token (prefill rows, chosen at random, take none)
+        for row in list(ref.rows):
+            src = ref.rows[row]["src"]
+            if data.draw(st.booleans()):
+                src.append(data.draw(st.sampled_from(ref.allowed(row))))
+        logits = torch.randn(size, V)
+        mine, theirs = logits.clone(), logits.clone()
+        proc.apply(mine)
+        ref.apply(theirs)
+        assert torch.equal(mine, theirs)
