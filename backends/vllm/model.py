@@ -58,6 +58,34 @@ for pid in pids:
 ENGINE_START_TIMEOUT_S = float(os.environ.get("TRITONPKG_VLLM_START_TIMEOUT", "900"))
 SHUTDOWN_TIMEOUT_S = 30.0
 CANCEL_POLL_S = 0.2
+
+
+def _send(sender, response, flags):
+    if response is None:
+        sender.send(flags=flags)
+    else:
+        sender.send(response, flags=flags)
+
+
+class _SenderGuard:
+    """Orders the cancellation poll against the final response. Triton 2.51 frees a request's response
+    factory once the final flag is sent; an `is_cancelled()` still running then in a poller thread
+    reads freed memory and the server dies (seen: SIGSEGV in TRITONBACKEND_ResponseFactoryIsCancelled
+    under 16 concurrent HTTP streams)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._final_sent = False
+
+    def is_cancelled(self, sender):
+        """True/False, or None once the final response has gone out."""
+        with self._lock:
+            return None if self._final_sent else sender.is_cancelled()
+
+    def send_final(self, sender, response, flags):
+        with self._lock:
+            self._final_sent = True
+            _send(sender, response, flags)
 HEALTH_POLL_S = float(os.environ.get("TRITONPKG_VLLM_HEALTH_POLL", "1.0"))
 RETURN_FLAGS = (
     "return_finish_reason",
@@ -167,6 +195,7 @@ class TritonPythonModel:
         self._dead: str | None = None  # why the engine is unusable, once it is
 
         self._responses: queue.Queue = queue.Queue()
+        self._guards: dict[int, _SenderGuard] = {}
         self._response_thread = threading.Thread(target=self._send_loop, name="vllm-responses", daemon=True)
         self._response_thread.start()
 
@@ -341,7 +370,8 @@ class TritonPythonModel:
         """Shared request life cycle: register, watch for cancellation, map failures to one error
         response, always end the response stream exactly once."""
         self._requests[request_id] = sender
-        watcher = asyncio.create_task(self._watch_cancellation(sender, request_id))
+        guard = self._guards[id(sender)] = _SenderGuard()
+        watcher = asyncio.create_task(self._watch_cancellation(sender, request_id, guard))
         final_sent = False
         try:
             final_sent = await body(watcher)
@@ -529,10 +559,15 @@ class TritonPythonModel:
                 "itself only under --model-control-mode=explicit)"
             )
 
-    async def _watch_cancellation(self, sender, request_id: str):
+    async def _watch_cancellation(self, sender, request_id: str, guard: _SenderGuard):
         """Abort the vLLM request once Triton reports the client gone (polled: the stub has no callback)."""
         loop = asyncio.get_running_loop()
-        while not await loop.run_in_executor(None, sender.is_cancelled):
+        while True:
+            cancelled = await loop.run_in_executor(None, guard.is_cancelled, sender)
+            if cancelled is None:
+                return  # the final response went out: the sender must not be touched again
+            if cancelled:
+                break
             await asyncio.sleep(CANCEL_POLL_S)
         self.logger.log_info(f"[vllm] request {request_id} cancelled by the client; aborting it in vLLM")
         await self.engine.abort(request_id)
@@ -556,11 +591,12 @@ class TritonPythonModel:
             if item is None:
                 return
             sender, response, flags = item
+            guard = self._guards.pop(id(sender), None) if flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL else None
             try:
-                if response is None:
-                    sender.send(flags=flags)
+                if guard is None:
+                    _send(sender, response, flags)
                 else:
-                    sender.send(response, flags=flags)
+                    guard.send_final(sender, response, flags)
             except Exception:
                 self.logger.log_error(f"[vllm] could not send a response: {traceback.format_exc()}")
 
