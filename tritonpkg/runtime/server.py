@@ -20,7 +20,7 @@ from tritonpkg.runtime.supervisor import ProcessGroup
 
 ModelControl = Literal["none", "explicit"]
 PORT_RETRIES = 3
-HTTP_THREADS = 64
+HTTP_THREADS = 16
 
 
 class ServerStartError(RuntimeSetupError):
@@ -125,7 +125,8 @@ class TritonServer:
         ]
         if not any(a.startswith("--http-thread-count") for a in self.extra_args):
             # Each HTTP generate_stream holds one HTTP worker for the whole stream; Triton's default of 8
-            # queues the 9th concurrent stream behind the first eight (seen: 16 streams, TTFT x55).
+            # queues the 9th concurrent stream behind the first eight (seen: 16 streams, TTFT x55); 64 threads
+            # measured worse than 16 on this 2-core machine (bench/vllm_serving.py).
             argv.append(f"--http-thread-count={HTTP_THREADS}")
         argv += [f"--load-model={name}" for name in self.load_models]
         return argv + self.extra_args
