@@ -40,7 +40,8 @@ def test_deploy_status_rollback_teardown(tmp_path: Path):
     try:
         find_haproxy()
     except ProxyError as exc:
-        pytest.skip(str(exc))
+        # scripts/setup.sh installs haproxy as root; CI must never pass by skipping the rollout tests
+        (pytest.fail if os.environ.get("CI") else pytest.skip)(str(exc))
     state = str(tmp_path / "state")
     pgids: list[int] = []
     try:

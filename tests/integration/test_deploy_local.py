@@ -143,7 +143,8 @@ def runtime():
     try:
         find_haproxy()
     except ProxyError as exc:
-        pytest.skip(str(exc))
+        # scripts/setup.sh installs haproxy as root; CI must never pass by skipping the rollout tests
+        (pytest.fail if os.environ.get("CI") else pytest.skip)(str(exc))
     return ensure_runtime()
 
 
