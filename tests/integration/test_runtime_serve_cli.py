@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tritonpkg.runtime import ensure_runtime, free_ports
+from tests.integration.test_runtime_server import group_pids
 
 pytestmark = pytest.mark.integration
 
@@ -47,19 +48,6 @@ def make_repo(root: Path, models: dict[str, str]) -> Path:
         (root / name / "config.pbtxt").write_text(CONFIG.format(name=name))
         (root / name / "1" / "model.py").write_text(textwrap.dedent(code))
     return root
-
-
-def group_pids(pgid: int) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                pids.append(int(entry.name))
-    return pids
 
 
 @pytest.fixture(scope="module")
