@@ -1,0 +1,73 @@
+"""What a target interpreter has installed, its PEP 508 marker values and its entry points, read by
+running that interpreter once (the runtime venv may not be the one running tritonpkg)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+from pydantic import BaseModel
+
+from tritonpkg.plugins.errors import PluginError
+
+_PROBE = r"""
+import json, os, platform, sys, sysconfig
+from importlib import metadata
+groups = json.loads(sys.argv[1])
+dists = {}
+for d in metadata.distributions():
+    name = d.metadata["Name"]
+    if name and name not in dists:
+        dists[name] = d.version
+eps = metadata.entry_points()
+points = {}
+for g in groups:
+    sel = eps.select(group=g) if hasattr(eps, "select") else eps.get(g, [])
+    points[g] = {ep.name: ep.value for ep in sel}
+impl = sys.implementation
+iv = "{0.major}.{0.minor}.{0.micro}".format(impl.version)
+markers = {
+    "implementation_name": impl.name, "implementation_version": iv, "os_name": os.name,
+    "platform_machine": platform.machine(), "platform_release": platform.release(),
+    "platform_system": platform.system(), "platform_version": platform.version(),
+    "python_full_version": platform.python_version(),
+    "platform_python_implementation": platform.python_implementation(),
+    "python_version": ".".join(platform.python_version_tuple()[:2]), "sys_platform": sys.platform,
+}
+print(json.dumps({"dists": dists, "entry_points": points, "markers": markers,
+                  "executable": sys.executable, "purelib": sysconfig.get_paths()["purelib"]}))
+"""
+
+
+class TargetEnvironment(BaseModel):
+    python: str
+    executable: str
+    purelib: str
+    dists: dict[str, str]  # canonical name -> version
+    entry_points: dict[str, dict[str, str]]
+    markers: dict[str, str]
+
+
+def probe(python: str, groups: list[str], timeout: float = 120) -> TargetEnvironment:
+    try:
+        proc = subprocess.run([python, "-c", _PROBE, json.dumps(sorted(set(groups)))], capture_output=True,
+                              text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise PluginError(f"cannot run the runtime interpreter: {exc}", file=python,
+                          expected="the python that runs Triton's Python-backend stub") from exc
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
+        raise PluginError(f"the runtime interpreter failed to list its packages:\n{tail}", file=python)
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    dists = {canonicalize_name(k): v for k, v in data.pop("dists").items()}
+    return TargetEnvironment(python=python, dists=dists, **data)
+
+
+def default_python() -> str:
+    """The interpreter Triton's stub embeds: `python3` in the first PATH entry the server gets,
+    i.e. beside this interpreter (tritonpkg.runtime.environment); the stub ignores PYTHON* variables."""
+    from tritonpkg.runtime.environment import interpreter_bin_dir
+
+    return str(Path(interpreter_bin_dir()) / "python3")
