@@ -17,6 +17,7 @@ from tritonpkg.errors import PackageError, SpecError
 from tritonpkg.repository import LOCK_NAME, package_spec, verify_lock
 from tritonpkg.spec import load_spec
 from tests.conftest import EXAMPLES
+from tests.plugin_wheels import make_wheel
 
 HOOKS = "import numpy as np\n\ndef model(inputs):\n    return {'Y': inputs['X'] * 2}\n"
 
@@ -172,8 +173,7 @@ def test_unknown_template_lists_the_available_ones(write_spec, tmp_path):
 
 
 def test_archive_holds_repository_lock_and_wheels_with_fixed_metadata(write_spec, tmp_path):
-    (tmp_path / "spec").mkdir()
-    (tmp_path / "spec" / "plug-0.1-py3-none-any.whl").write_bytes(b"PK-not-really")
+    make_wheel(tmp_path / "spec", "plug", "0.1", entry_points={"vllm.logits_processors": {"p": "plug:P"}})
     data = custom_spec(1, plugins=[{"name": "plug", "wheel": "plug-0.1-py3-none-any.whl"}])
     package_spec(load_spec(write_spec(data, extra_files={"hooks.py": HOOKS})), tmp_path / "r",
                  archive=tmp_path / "m.tar.gz")

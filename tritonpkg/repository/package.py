@@ -7,12 +7,14 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 from tritonpkg.errors import PackageError
 from tritonpkg.repository import archive as archive_mod
 from tritonpkg.repository import lock as lock_mod
 from tritonpkg.repository.atomic import staged_directory
 from tritonpkg.repository.build import BuiltModel, build_models, lock_pins
-from tritonpkg.repository.pins import check_requirements
+from tritonpkg.repository.pins import check_requirements, pinned_versions
 from tritonpkg.spec import Spec
 
 
@@ -37,7 +39,7 @@ def package_spec(spec: Spec, repository: str | Path, archive: str | Path | None 
     if repo.exists() and not repo.is_dir():
         raise PackageError("output exists and is not a directory", file=repo, expected="a model repository folder")
     requirements = check_requirements(spec)
-    wheels = _plugin_wheels(spec)
+    wheels, plugins = _plugins(spec)
     models = build_models(spec, requirements)
     result = PackageResult(repository=repo.absolute(), models=[m.name for m in models], version=spec.version)
 
@@ -54,7 +56,7 @@ def package_spec(spec: Spec, repository: str | Path, archive: str | Path | None 
                 "spec_sha256": spec_sha256(spec),
                 "pins": lock_pins(spec),
                 "requirements": requirements,
-                "plugins": sorted(wheels),
+                "plugins": plugins,
                 "files": dict(sorted(version_files.items())),
             })
         (stage / lock_mod.LOCK_NAME).write_bytes(lock_mod.dumps(lock))
@@ -88,14 +90,40 @@ def _package_files(stage: Path, models: list[BuiltModel], lock: dict) -> dict[st
     return files
 
 
-def _plugin_wheels(spec: Spec) -> dict[str, bytes]:
+def _plugins(spec: Spec) -> tuple[dict[str, bytes], list[dict]]:
+    """The wheels to bundle and the lock entry of every declared plugin, read from each wheel's metadata.
+    A wheel that is not the declared distribution, lacks the declared entry-point group, or needs a
+    version of a pinned package other than the target's is refused here rather than at start-up."""
+    from tritonpkg.plugins import PluginError, read_wheel, record_for
+    from tritonpkg.plugins.requires import unmet_requirements
+
+    pins = pinned_versions(spec.target_release)
     wheels: dict[str, bytes] = {}
+    records: list[dict] = []
     for i, plugin in enumerate(spec.plugins):
-        if plugin.wheel is None:
-            continue
-        path = spec.resolve(plugin.wheel)
-        if not path.is_file() or path.suffix != ".whl":
-            raise PackageError(f"plugin wheel not found: {path}", file=spec.source, field=f"plugins[{i}].wheel",
-                               expected="a .whl file relative to the spec")
-        wheels[path.name] = path.read_bytes()
-    return wheels
+        field = f"plugins[{i}]"
+        info = None
+        if plugin.wheel is not None:
+            path = spec.resolve(plugin.wheel)
+            try:
+                info = read_wheel(path)
+            except PluginError as exc:
+                raise PackageError(f"{exc.message}: {path}", file=spec.source, field=f"{field}.wheel",
+                                   expected=exc.expected or "a .whl file relative to the spec") from exc
+            if info.key != canonicalize_name(plugin.name):
+                raise PackageError(f"the wheel {info.wheel} is distribution {info.name!r}, not {plugin.name!r}",
+                                   file=spec.source, field=f"{field}.name", expected=repr(info.name))
+            if plugin.entry_point_group not in info.entry_points:
+                have = ", ".join(sorted(info.entry_points)) or "none"
+                raise PackageError(f"{info.wheel} registers no entry point in group {plugin.entry_point_group!r} "
+                                   f"(it has: {have})", file=spec.source, field=f"{field}.entry_point_group",
+                                   expected="a group the wheel's entry_points.txt declares")
+            unmet = unmet_requirements(info.requires_dist, pins, pins, only_pinned=True)
+            if unmet:
+                raise PackageError(f"plugin {info.name} {info.version}: " + "; ".join(
+                    f"{u.requirement!r} {u.reason}" for u in unmet), file=spec.source, field=f"{field}.wheel",
+                    expected=f"a plugin that admits the pins of release {spec.target_release}: "
+                             + ", ".join(f"{k} {v}" for k, v in sorted(pins.items())))
+            wheels[path.name] = path.read_bytes()
+        records.append(record_for(plugin.name, plugin.entry_point_group, info).model_dump(mode="json"))
+    return wheels, sorted(records, key=lambda r: r["name"])
