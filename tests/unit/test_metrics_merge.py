@@ -1,0 +1,167 @@
+"""The merged /metrics: family splitting and de-duplication on text, the multiprocess directory written by
+real prometheus_client child processes, and the HTTP endpoint with a source up and one down."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from tritonpkg.metrics import MergedMetricsServer, family_blocks, merge_expositions, multiproc_exposition, \
+    prepare_multiproc_dir
+from tritonpkg.runtime.ports import free_port
+
+TRITON_TEXT = """\
+# HELP nv_inference_request_success Number of successful inference requests, all batch sizes
+# TYPE nv_inference_request_success counter
+nv_inference_request_success{model="tiny_llm",version="1"} 3
+nv_inference_request_success{model="other",version="1"} 0
+# HELP nv_inference_exec_count Number of model executions performed
+# TYPE nv_inference_exec_count counter
+nv_inference_exec_count{model="tiny_llm",version="1"} 3
+# HELP vllm:num_requests_running stale copy that must lose to nothing: Triton is first
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{model_name="x"} 7
+"""
+
+CHILD = """
+import sys
+from prometheus_client import Counter, Gauge, Histogram
+tokens = Counter("vllm:prompt_tokens", "Prompt tokens.", ["model_name"])
+running = Gauge("vllm:num_requests_running", "Running requests.", ["model_name"], multiprocess_mode="livesum")
+ttft = Histogram("vllm:time_to_first_token_seconds", "TTFT.", ["model_name"], buckets=[0.1, 1.0])
+tokens.labels("tiny_llm").inc(int(sys.argv[1]))
+running.labels("tiny_llm").set(1)
+ttft.labels("tiny_llm").observe(0.05)
+"""
+
+
+def type_lines(text: str) -> list[str]:
+    return [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")]
+
+
+def test_family_blocks_keep_histogram_samples_together() -> None:
+    text = textwrap.dedent("""\
+        # HELP h A histogram.
+        # TYPE h histogram
+        h_bucket{le="1.0"} 1
+        h_bucket{le="+Inf"} 2
+        h_sum 3.5
+        h_count 2
+        untyped_thing 4
+        # TYPE g gauge
+        g 1
+        """)
+    blocks = family_blocks(text)
+    assert list(blocks) == ["h", "untyped_thing", "g"]
+    assert len(blocks["h"]) == 6 and blocks["g"] == ["# TYPE g gauge", "g 1"]
+
+
+def test_merge_keeps_the_first_source_of_a_family_and_reports_the_drop() -> None:
+    vllm = "# HELP vllm:num_requests_running Running.\n# TYPE vllm:num_requests_running gauge\n" \
+           'vllm:num_requests_running{model_name="tiny_llm"} 1.0\n'
+    merged = merge_expositions([("triton", TRITON_TEXT), ("vllm", vllm)])
+    assert type_lines(merged.text) == ["nv_inference_request_success", "nv_inference_exec_count",
+                                       "vllm:num_requests_running"]
+    assert merged.dropped == [("vllm", "vllm:num_requests_running")]
+    assert 'nv_inference_request_success{model="tiny_llm",version="1"} 3' in merged.text
+    assert "model_name=\"x\"} 7" in merged.text and "tiny_llm\"} 1.0" not in merged.text
+
+
+def run_child(directory: Path, count: int) -> None:
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(directory), "PATH": "/usr/bin:/bin"}
+    subprocess.run([sys.executable, "-c", CHILD, str(count)], env=env, check=True, timeout=60)
+
+
+def test_multiprocess_values_of_several_processes_are_summed(tmp_path: Path) -> None:
+    directory = prepare_multiproc_dir(tmp_path / "mp")
+    run_child(directory, 5)
+    run_child(directory, 7)
+    text = multiproc_exposition(directory)
+    assert 'vllm:prompt_tokens_total{model_name="tiny_llm"} 12.0' in text
+    assert 'vllm:num_requests_running{model_name="tiny_llm"} 2.0' in text  # livesum over the two writers
+    assert 'vllm:time_to_first_token_seconds_bucket{le="0.1",model_name="tiny_llm"} 2.0' in text
+    assert sorted(type_lines(text)) == sorted(set(type_lines(text)))
+
+
+def test_prepare_clears_value_files_only(tmp_path: Path) -> None:
+    directory = prepare_multiproc_dir(tmp_path / "mp")
+    run_child(directory, 1)
+    (directory / "notes.txt").write_text("the user's")
+    assert list(directory.glob("*.db"))
+    prepare_multiproc_dir(directory)
+    assert not list(directory.glob("*.db"))
+    assert (directory / "notes.txt").read_text() == "the user's"
+    assert "vllm:" not in multiproc_exposition(directory)
+
+
+@pytest.fixture
+def fake_triton_metrics():
+    """A loopback HTTP server answering Triton's metrics text (the real one is in the integration test)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            body = TRITON_TEXT.encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/metrics"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def scrape(url: str) -> tuple[int, str, str]:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return resp.status, resp.headers["Content-Type"], resp.read().decode()
+
+
+def test_the_endpoint_merges_both_sources_without_duplicate_families(tmp_path: Path, fake_triton_metrics) -> None:
+    directory = prepare_multiproc_dir(tmp_path / "mp")
+    run_child(directory, 3)
+    with MergedMetricsServer(fake_triton_metrics, directory, port=0) as server:
+        status, ctype, text = scrape(server.url)
+    assert status == 200 and ctype.startswith("text/plain; version=0.0.4")
+    families = type_lines(text)
+    assert len(families) == len(set(families))
+    assert {"nv_inference_request_success", "vllm:prompt_tokens_total", "vllm:time_to_first_token_seconds",
+            "tritonpkg_metrics_source_up"} <= set(families)
+    assert 'tritonpkg_metrics_source_up{source="triton"} 1' in text
+    assert 'tritonpkg_metrics_source_up{source="vllm"} 1' in text
+
+
+def test_a_source_that_is_down_is_reported_not_fatal(tmp_path: Path) -> None:
+    directory = prepare_multiproc_dir(tmp_path / "mp")
+    run_child(directory, 3)
+    dead = f"http://127.0.0.1:{free_port()}/metrics"
+    with MergedMetricsServer(dead, directory, port=0) as server:
+        status, _, text = scrape(server.url)
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(server.url.replace("/metrics", "/other"), timeout=5)
+        assert info.value.code == 404
+    assert status == 200
+    assert 'tritonpkg_metrics_source_up{source="triton"} 0' in text
+    assert 'vllm:prompt_tokens_total{model_name="tiny_llm"} 3.0' in text
+
+
+def test_the_public_port_is_closed_after_stop(tmp_path: Path) -> None:
+    port = free_port()
+    server = MergedMetricsServer(None, prepare_multiproc_dir(tmp_path / "mp"), port=port).start()
+    assert scrape(server.url)[0] == 200
+    server.stop()
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)

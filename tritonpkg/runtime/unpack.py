@@ -1,0 +1,249 @@
+"""Safe extraction of a model package (`tritonpkg package --archive`), then verification against its lock.
+
+A package archive comes from elsewhere (a registry, a bucket, a colleague), so it is treated as hostile:
+one streaming pass checks each member before anything of it is written — no absolute path, no `..`, no
+link leaving the target, no device/FIFO/sparse member, no duplicate, nothing written through a link — and
+stops as soon as the member count or the expanded size passes its limit (a gzip bomb is refused without
+being inflated). Members are written by this module, not by tarfile, so owners and mode bits from the
+archive never reach the disk. Everything lands in a staging folder beside the target that is renamed into
+place only when the whole archive passed: a refused archive leaves no half-unpacked target."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tarfile
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from tritonpkg.errors import PackageError
+from tritonpkg.repository import lock as lock_mod
+from tritonpkg.repository.archive import REPO_PREFIX, WHEELS_PREFIX
+
+COPY_CHUNK = 1 << 20
+
+
+class UnsafeArchiveError(PackageError):
+    """The archive holds a member that could write outside the target, or is larger than allowed."""
+
+
+class LockMismatchError(PackageError):
+    """An unpacked file is missing from the lock, or differs from it."""
+
+
+@dataclass(frozen=True)
+class UnpackLimits:
+    """Defaults fit a model package (code, configs, tokenizers, plugin wheels; weights travel apart)."""
+
+    max_members: int = 20_000
+    max_bytes: int = 4 << 30
+
+    def __post_init__(self) -> None:
+        if self.max_members < 1 or self.max_bytes < 1:
+            raise PackageError("unpack limits must be positive", field="max_members/max_bytes",
+                               expected="integers >= 1")
+
+
+@dataclass
+class UnpackedPackage:
+    root: Path
+    files: int = 0
+    bytes: int = 0
+    wheels: list[Path] = field(default_factory=list)
+
+    @property
+    def repository(self) -> Path:
+        return self.root / REPO_PREFIX
+
+    @property
+    def wheels_dir(self) -> Path:
+        return self.root / WHEELS_PREFIX
+
+
+def unpack_archive(archive: str | Path, target: str | Path, limits: UnpackLimits = UnpackLimits()) -> UnpackedPackage:
+    """Extract `archive` into `target` (which must not exist yet) and return what it holds."""
+    archive, target = Path(archive), Path(target).absolute()
+    if not archive.is_file():
+        raise PackageError("package archive not found", file=archive, expected="a .tar.gz from `tritonpkg package --archive`")
+    if target.exists():
+        raise PackageError("unpack target already exists", file=target, expected="a path that does not exist yet")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.unpack-", dir=target.parent))
+    try:
+        result = _extract(archive, stage, limits)
+        os.chmod(stage, 0o755)
+        os.rename(stage, target)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    result.root = target
+    result.wheels = sorted(p for p in result.wheels_dir.glob("*.whl")) if result.wheels_dir.is_dir() else []
+    return result
+
+
+def _extract(archive: Path, stage: Path, limits: UnpackLimits) -> UnpackedPackage:
+    result = UnpackedPackage(root=stage)
+    seen: set[str] = set()
+    links: set[str] = set()
+    try:
+        tar = tarfile.open(archive, mode="r:*")
+    except (tarfile.TarError, OSError) as exc:
+        raise UnsafeArchiveError(f"not a readable tar archive: {exc}", file=archive,
+                                 expected="a .tar.gz from `tritonpkg package --archive`") from exc
+    with tar:
+        count = 0
+        while True:
+            try:
+                member = tar.next()
+            except tarfile.TarError as exc:
+                raise UnsafeArchiveError(f"corrupt archive after {count} members: {exc}", file=archive) from exc
+            if member is None:
+                break
+            count += 1
+            if count > limits.max_members:
+                raise UnsafeArchiveError(f"more than {limits.max_members} members", file=archive,
+                                         expected=f"at most {limits.max_members} (UnpackLimits.max_members)")
+            name = _check_member(member, archive, seen, links)
+            if member.isfile():
+                result.bytes += member.size
+                if result.bytes > limits.max_bytes:
+                    raise UnsafeArchiveError(
+                        f"expanded size passes {limits.max_bytes} bytes at member {member.name!r}", file=archive,
+                        expected=f"at most {limits.max_bytes} bytes (UnpackLimits.max_bytes)")
+            try:
+                if member.isfile():
+                    _write_file(tar, member, stage / name)
+                    result.files += 1
+                elif member.isdir():
+                    (stage / name).mkdir(parents=True, exist_ok=True)
+                else:
+                    _write_link(member, stage, name, archive)
+                    links.add(name)
+            except OSError as exc:
+                raise UnsafeArchiveError(f"member {member.name!r} cannot be written: {exc.strerror or exc}",
+                                         file=archive, expected="a tree of distinct files and folders") from exc
+    _check_symlinks_resolve_inside(stage, links, archive)
+    return result
+
+
+def _inside(path: str, root: Path) -> bool:
+    real, base = os.path.realpath(path), os.path.realpath(root)
+    return real == base or real.startswith(base + os.sep)
+
+
+def _check_symlinks_resolve_inside(stage: Path, links: set[str], archive: Path) -> None:
+    """Once every member exists: a symlink's meaning can change as later members appear (`a/l -> x/..`
+    before `a/x -> ..`), so the lexical check at write time is completed by resolving them all now."""
+    for name in sorted(links):
+        if (stage / name).is_symlink() and not _inside(str(stage / name), stage):
+            raise UnsafeArchiveError(f"symlink {name!r} -> {os.readlink(stage / name)!r} resolves outside the target",
+                                     file=archive, expected="links to members inside the archive")
+
+
+def _check_member(member: tarfile.TarInfo, archive: Path, seen: set[str], links: set[str]) -> str:
+    """The member's normalized relative name, or an error saying why it may not be extracted."""
+    raw = member.name
+    if not raw or "\x00" in raw:
+        raise UnsafeArchiveError("member with an empty or NUL-containing name", file=archive)
+    if raw.startswith("/") or PurePosixPath(raw).is_absolute():
+        raise UnsafeArchiveError(f"member {raw!r} has an absolute path", file=archive,
+                                 expected="paths relative to the archive root")
+    parts = [p for p in PurePosixPath(raw).parts if p not in ("", ".")]
+    if ".." in parts:
+        raise UnsafeArchiveError(f"member {raw!r} contains '..'", file=archive, expected="no parent references")
+    if not parts:
+        raise UnsafeArchiveError(f"member {raw!r} names the archive root", file=archive)
+    if member.ischr() or member.isblk() or member.isfifo() or member.isdev():
+        kind = "FIFO" if member.isfifo() else "device file"
+        raise UnsafeArchiveError(f"member {raw!r} is a {kind}", file=archive,
+                                 expected="regular files, folders and links inside the archive")
+    if member.issparse():
+        raise UnsafeArchiveError(f"member {raw!r} is a sparse file", file=archive, expected="regular files")
+    if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+        raise UnsafeArchiveError(f"member {raw!r} has unsupported type {member.type!r}", file=archive)
+    name = "/".join(parts)
+    for i in range(1, len(parts)):
+        if "/".join(parts[:i]) in links:
+            raise UnsafeArchiveError(f"member {raw!r} would be written through the link {'/'.join(parts[:i])!r}",
+                                     file=archive, expected="no members below a link")
+    if name in seen:
+        raise UnsafeArchiveError(f"member {raw!r} appears twice", file=archive, expected="unique member names")
+    seen.add(name)
+    if member.issym() or member.islnk():
+        _check_link_target(member, name, archive)
+    return name
+
+
+def _check_link_target(member: tarfile.TarInfo, name: str, archive: Path) -> None:
+    target = member.linkname
+    kind = "symlink" if member.issym() else "hardlink"
+    if not target or target.startswith("/"):
+        raise UnsafeArchiveError(f"{kind} {member.name!r} -> {target!r} points outside the target", file=archive,
+                                 expected="links to members inside the archive")
+    # A symlink resolves against its own folder, a hardlink against the archive root.
+    base = list(PurePosixPath(name).parent.parts) if member.issym() else []
+    depth = len(base)
+    for part in PurePosixPath(target).parts:
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                raise UnsafeArchiveError(f"{kind} {member.name!r} -> {target!r} points outside the target",
+                                         file=archive, expected="links to members inside the archive")
+        elif part not in ("", "."):
+            depth += 1
+
+
+def _write_file(tar: tarfile.TarFile, member: tarfile.TarInfo, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    src = tar.extractfile(member)
+    assert src is not None
+    mode = 0o755 if member.mode & stat.S_IXUSR else 0o644
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    with os.fdopen(fd, "wb") as out:
+        shutil.copyfileobj(src, out, COPY_CHUNK)
+    os.chmod(path, mode)
+
+
+def _write_link(member: tarfile.TarInfo, stage: Path, name: str, archive: Path) -> None:
+    path = stage / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if member.issym():
+        os.symlink(member.linkname, path)
+        return
+    source = stage / PurePosixPath(member.linkname)
+    if not _inside(str(source), stage) or not source.is_file() or source.is_symlink():
+        raise UnsafeArchiveError(f"hardlink {member.name!r} -> {member.linkname!r} names no earlier regular file",
+                                 file=archive, expected="hardlinks to files extracted before them")
+    os.link(source, path)
+
+
+def verify_unpacked(package: UnpackedPackage, archive: str | Path) -> None:
+    """Every file under repository/ is named by the lock with the same sha256, every file the lock names is
+    there, and the wheels are exactly the plugins the lock lists. The first problems are in the error."""
+    repo = package.repository
+    lock_path = repo / lock_mod.LOCK_NAME
+    if not lock_path.is_file():
+        raise LockMismatchError(f"the package has no {REPO_PREFIX}/{lock_mod.LOCK_NAME}", file=archive,
+                                expected="an archive written by `tritonpkg package --archive`")
+    lock = lock_mod.read(repo)
+    problems = lock_mod.verify(repo)
+    named = {lock_mod.LOCK_NAME}
+    plugins: set[str] = set()
+    for model_name, model in lock["models"].items():
+        named.add(f"{model_name}/config.pbtxt")
+        for entry in model["versions"].values():
+            named.update(entry.get("files", {}))
+            plugins.update(entry.get("plugins", []))
+    for path in sorted(repo.rglob("*")):
+        rel = path.relative_to(repo).as_posix()
+        if (path.is_file() or path.is_symlink()) and rel not in named:
+            problems.append(f"{rel}: not in the lock")
+    wheels = {p.name for p in package.wheels}
+    problems += [f"{WHEELS_PREFIX}/{w}: not listed as a plugin in the lock" for w in sorted(wheels - plugins)]
+    problems += [f"{WHEELS_PREFIX}/{w}: listed in the lock but missing" for w in sorted(plugins - wheels)]
+    if problems:
+        shown = "\n  ".join(problems[:20]) + (f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else "")
+        raise LockMismatchError(f"{len(problems)} file(s) do not match the lock:\n  {shown}", file=archive,
+                                expected=f"files exactly as recorded in {lock_mod.LOCK_NAME}")
