@@ -1,0 +1,205 @@
+"""The FastAPI app: OpenAI routes over one shared Triton gRPC client.
+
+Requests are validated by the strict models in protocol.py, turned into a Plan by mapping.py, sent
+through triton.py and shaped by responses.py / streaming.py. Every failure leaves as an OpenAI error
+body with a 4xx/5xx status, never as a traceback."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from tritonpkg.frontend.catalog import Catalog, ModelEntry
+from tritonpkg.frontend.embeddings import EMBEDDING_KINDS, embed_texts, embeddings_body, input_texts
+from tritonpkg.frontend.errors import APIError, field_path
+from tritonpkg.frontend.mapping import Plan, chat_messages, chat_plan, completion_plan, default_max_tokens
+from tritonpkg.frontend.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
+from tritonpkg.frontend.responses import chat_body, completion_body, new_id
+from tritonpkg.frontend.settings import FrontendSettings
+from tritonpkg.frontend.streaming import chat_events, completion_events
+from tritonpkg.frontend.triton import Output, TritonBackend
+
+log = logging.getLogger("tritonpkg.frontend")
+
+ERROR_SCHEMA = {
+    "type": "object",
+    "properties": {"error": {"type": "object", "properties": {
+        "message": {"type": "string"}, "type": {"type": "string"},
+        "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}},
+}
+ERRORS = {status: {"description": text, "content": {"application/json": {"schema": ERROR_SCHEMA}}}
+          for status, text in ((400, "Invalid request (the field is named in error.param)"),
+                               (404, "Unknown model"), (503, "Triton or the model is not ready"))}
+SSE = {200: {"content": {"text/event-stream": {}}, "description": "JSON, or server-sent events with stream=true"}}
+
+
+def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    """pydantic's 422 -> OpenAI's 400 naming the first bad field."""
+    first = exc.errors()[0] if exc.errors() else {}
+    param = field_path(tuple(first.get("loc", ()))) or None
+    if first.get("type") == "extra_forbidden":
+        message = f"unknown field '{param}': the frontend does not know it, so it cannot be honoured"
+    elif first.get("type") == "json_invalid":
+        message = f"the body is not valid JSON: {first.get('msg')}"
+    else:
+        message = f"'{param}': {first.get('msg', 'invalid value')}"
+    return JSONResponse(APIError(400, message, param=param).body(), status_code=400)
+
+
+def _api_error(_request: Request, exc: APIError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status)
+
+
+def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unexpected frontend error")
+    return JSONResponse(APIError(500, f"internal error: {type(exc).__name__}: {exc}").body(), status_code=500)
+
+
+def create_app(settings: FrontendSettings) -> FastAPI:
+    """The app; at start-up (lifespan) it connects to Triton and discovers the models it serves."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        backend = TritonBackend(settings.triton_grpc_url, settings.request_timeout_s)
+        catalog = Catalog(backend, settings.model_repository)
+        try:
+            await catalog.refresh()
+        except APIError as exc:
+            await backend.close()
+            raise RuntimeError(f"the OpenAI frontend could not list Triton's models: {exc.message}") from None
+        app.state.backend, app.state.catalog = backend, catalog
+        try:
+            yield
+        finally:
+            await backend.close()
+
+    app = FastAPI(title="tritonpkg OpenAI-compatible frontend", version="1", lifespan=lifespan,
+                  description="OpenAI's completions, chat, embeddings and models routes over Triton gRPC. "
+                              "Strict: a field the backend cannot honour is a 400 naming it.")
+    app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
+    app.add_exception_handler(APIError, _api_error)  # type: ignore[arg-type]
+    app.add_exception_handler(Exception, _unexpected)
+
+    def backend(request: Request) -> TritonBackend:
+        return request.app.state.backend
+
+    def catalog(request: Request) -> Catalog:
+        return request.app.state.catalog
+
+    @app.get("/v1/models", responses=ERRORS)
+    async def list_models(request: Request) -> dict[str, Any]:
+        cat = catalog(request)
+        await cat.refresh()
+        return {"object": "list", "data": [
+            {"id": m.name, "object": "model", "created": m.created, "owned_by": "tritonpkg",
+             "kind": m.kind, "version": m.version} for m in cat.models.values()]}
+
+    @app.get("/health/ready", responses=ERRORS)
+    async def ready(request: Request) -> JSONResponse:
+        """200 only when Triton is ready and every model it has loaded or tried to load is READY."""
+        be = backend(request)
+        try:
+            server = await be.server_ready()
+            models = await be.models()
+        except APIError as exc:
+            return JSONResponse({"status": "not ready", "reason": exc.message}, status_code=503)
+        not_ready = {m["name"]: m.get("state") for m in models if m.get("state") and m.get("state") != "READY"}
+        if not server or not_ready or not models:
+            reason = "Triton is not ready" if not server else (f"models not ready: {not_ready}" if not_ready else "no models")
+            return JSONResponse({"status": "not ready", "reason": reason}, status_code=503)
+        return JSONResponse({"status": "ready", "models": sorted(m["name"] for m in models)})
+
+    @app.get("/health/live")
+    async def live() -> dict[str, str]:
+        return {"status": "live"}
+
+    @app.post("/v1/completions", responses={**SSE, **ERRORS})
+    async def completions(body: CompletionRequest, request: Request):
+        plan = completion_plan(body)
+        entry = await catalog(request).get(body.model, ("generate",))
+        if "max_tokens" not in plan.params and entry.tokenizer is not None:
+            longest = max(len(entry.tokenizer.encode(p)) for p in plan.prompts)
+            _set_default_max_tokens(plan, entry, longest, "prompt")
+        rid, created = new_id("cmpl"), int(time.time())
+        if plan.stream:
+            first, rest = await _start(backend(request), entry, plan, plan.prompts[0])
+            return _sse(completion_events(rid, created, body.model, plan, first, rest))
+        outputs = await asyncio.gather(*(_one(backend(request), entry, plan, p) for p in plan.prompts))
+        return completion_body(rid, created, body.model, plan.prompts, outputs, plan.echo, plan.logprobs)
+
+    @app.post("/v1/chat/completions", responses={**SSE, **ERRORS})
+    async def chat(body: ChatCompletionRequest, request: Request):
+        plan = chat_plan(body)
+        entry = await catalog(request).get(body.model, ("generate",))
+        prompt, n_prompt = _render_chat(entry, body, plan)
+        if "max_tokens" not in plan.params:
+            _set_default_max_tokens(plan, entry, n_prompt, "messages")
+        rid, created = new_id("chatcmpl"), int(time.time())
+        if plan.stream:
+            first, rest = await _start(backend(request), entry, plan, prompt)
+            return _sse(chat_events(rid, created, body.model, plan, first, rest))
+        output = await _one(backend(request), entry, plan, prompt)
+        return chat_body(rid, created, body.model, output, plan.logprobs, plan.tool)
+
+    @app.post("/v1/embeddings", responses=ERRORS)
+    async def embeddings(body: EmbeddingRequest, request: Request) -> dict[str, Any]:
+        texts = input_texts(body)
+        entry = await catalog(request).get(body.model)
+        if entry.kind not in EMBEDDING_KINDS:
+            raise APIError(400, f"model '{body.model}' is a {entry.kind} model, not an embedding model", param="model")
+        vectors, tokens = await embed_texts(entry, texts, body.dimensions, backend(request))
+        return embeddings_body(body, vectors, tokens)
+
+    return app
+
+
+def _set_default_max_tokens(plan: Plan, entry: ModelEntry, prompt_tokens: int, param: str) -> None:
+    value = default_max_tokens(entry.max_model_len, prompt_tokens, param)
+    if value is not None:
+        plan.params["max_tokens"] = value
+
+
+def _render_chat(entry: ModelEntry, body: ChatCompletionRequest, plan: Plan) -> tuple[str, int]:
+    """The model's own chat template over the messages -> (prompt text, its token count)."""
+    tokenizer = entry.tokenizer
+    if tokenizer is None:
+        raise APIError(400, f"chat is unavailable for model '{entry.name}': {entry.tokenizer_error}", param="model")
+    if not getattr(tokenizer, "chat_template", None):
+        raise APIError(400, f"model '{entry.name}'s tokenizer has no chat template; use /v1/completions",
+                       param="messages")
+    try:
+        prompt = tokenizer.apply_chat_template(chat_messages(body), tools=plan.tools or None, tokenize=False,
+                                               add_generation_prompt=True)
+    except Exception as exc:  # noqa: BLE001 - a template's own error (e.g. a role it refuses) is the request's
+        raise APIError(400, f"the chat template of model '{entry.name}' refused the messages: {exc}",
+                       param="messages") from None
+    return prompt, len(tokenizer.encode(prompt, add_special_tokens=False))
+
+
+async def _start(be: TritonBackend, entry: ModelEntry, plan: Plan, prompt: str):
+    """Begin a streamed generation and wait for its first response (so rejections keep their status)."""
+    rest = be.generate(entry.name, prompt, plan.params, True, entry.returns)
+    try:
+        first = await rest.__anext__()
+    except StopAsyncIteration:
+        raise APIError(500, f"model '{entry.name}' closed the stream without a response") from None
+    return first, rest
+
+
+async def _one(be: TritonBackend, entry: ModelEntry, plan: Plan, prompt: str) -> Output:
+    outputs = [o async for o in be.generate(entry.name, prompt, plan.params, False, entry.returns)]
+    if len(outputs) != 1:
+        raise APIError(500, f"model '{entry.name}' sent {len(outputs)} responses to a non-streamed request")
+    return outputs[0]
+
+
+def _sse(events) -> StreamingResponse:
+    return StreamingResponse(events, media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

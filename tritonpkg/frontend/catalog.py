@@ -1,0 +1,163 @@
+"""Which models the frontend serves, discovered from Triton once at start-up (and again when a request
+names a model it has not seen, at most once a second).
+
+A model's kind and tokenizer come from its `<repo>/<model>/<version>/model.json` (the vLLM engine
+arguments the packager wrote) when the frontend knows the repository. Triton's own view cannot tell
+them apart: the vLLM backend's auto-complete gives every vLLM model the same inputs and outputs. Without
+the repository a vLLM model is probed once: a pooling engine refuses sampling parameters."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from tritonpkg.frontend.errors import APIError, unknown_model
+from tritonpkg.frontend.triton import RETURN_FLAGS, TritonBackend, _tensor
+
+Kind = Literal["generate", "embed"]
+REFRESH_MIN_INTERVAL_S = 1.0
+POOLING_RUNNERS = {"pooling"}
+POOLING_CONVERTS = {"embed", "embedding"}
+
+
+@dataclass
+class ModelEntry:
+    name: str
+    version: str
+    kind: Kind
+    backend: str
+    created: int
+    returns: frozenset[str] = frozenset()  # which return_* inputs the model's config declares
+    engine_args: dict[str, Any] | None = None
+    source: Path | None = None  # the version folder, when the repository is known
+    tokenizer: Any = field(default=None, repr=False)
+    tokenizer_error: str | None = None
+
+    @property
+    def max_model_len(self) -> int | None:
+        value = (self.engine_args or {}).get("max_model_len")
+        return int(value) if value else None
+
+    def tokenizer_path(self) -> str | None:
+        if not self.engine_args:
+            return None
+        path = self.engine_args.get("tokenizer") or self.engine_args.get("model")
+        if path is None:
+            return None
+        resolved = Path(path) if Path(path).is_absolute() or self.source is None else self.source / path
+        return str(resolved)
+
+
+def classify(config: dict[str, Any], engine_args: dict[str, Any] | None) -> Kind | None:
+    """The frontend route family a Triton model belongs to; None: not served by this frontend."""
+    if config.get("backend") != "vllm":
+        return None
+    if engine_args is None:
+        return None  # unknown until probed
+    if engine_args.get("runner") in POOLING_RUNNERS or engine_args.get("convert") in POOLING_CONVERTS:
+        return "embed"
+    return "generate"
+
+
+def read_engine_args(version_dir: Path) -> dict[str, Any] | None:
+    path = version_dir / "model.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+class Catalog:
+    def __init__(self, backend: TritonBackend, repository: Path | None) -> None:
+        self.backend = backend
+        self.repository = repository
+        self.models: dict[str, ModelEntry] = {}
+        self._refreshed = 0.0
+        self._lock = asyncio.Lock()
+
+    def names(self) -> list[str]:
+        return sorted(self.models)
+
+    async def get(self, name: str, kinds: tuple[Kind, ...] | None = None) -> ModelEntry:
+        entry = self.models.get(name)
+        if entry is None and time.monotonic() - self._refreshed > REFRESH_MIN_INTERVAL_S:
+            await self.refresh()
+            entry = self.models.get(name)
+        if entry is None:
+            raise unknown_model(name, self.names())
+        if kinds is not None and entry.kind not in kinds:
+            raise APIError(400, f"model '{name}' is a{'n' if entry.kind == 'embed' else ''} {entry.kind} model; "
+                           f"this route needs a {' or '.join(kinds)} model", param="model")
+        return entry
+
+    async def refresh(self) -> None:
+        async with self._lock:
+            found: dict[str, ModelEntry] = {}
+            for item in await self.backend.models():
+                if item.get("state") != "READY":
+                    continue
+                name, version = item["name"], str(item.get("version", ""))
+                known = self.models.get(name)
+                if known is not None and known.version == version:
+                    found[name] = known
+                    continue
+                entry = await self._describe(name, version)
+                if entry is not None and (name not in found or _newer(version, found[name].version)):
+                    found[name] = entry
+            self.models = found
+            self._refreshed = time.monotonic()
+
+    async def _describe(self, name: str, version: str) -> ModelEntry | None:
+        config = await self.backend.config(name, version)
+        source = self.repository / name / version if self.repository and version else None
+        engine_args = read_engine_args(source) if source is not None else None
+        kind = classify(config, engine_args)
+        if kind is None and config.get("backend") == "vllm":
+            kind = await self._probe(name)
+        if kind is None:
+            return None
+        inputs = {i.get("name") for i in config.get("input", [])}
+        entry = ModelEntry(name=name, version=version, kind=kind, backend=config.get("backend", ""),
+                           created=int(time.time()), returns=frozenset(inputs & set(RETURN_FLAGS)),
+                           engine_args=engine_args, source=source)
+        if kind == "generate":
+            await asyncio.to_thread(load_tokenizer, entry)
+        return entry
+
+    async def _probe(self, name: str) -> Kind:
+        """A pooling engine answers sampling parameters with an error; a generating one with one token."""
+        tensors = [_tensor("text_input", "a"), _tensor("sampling_parameters", json.dumps({"max_tokens": 1})),
+                   _tensor("pooling_parameters", "{}")]
+        try:
+            async for _ in self.backend.stream(name, tensors):
+                pass
+        except APIError as exc:
+            if "embedding model" in exc.message:
+                return "embed"
+            raise
+        return "generate"
+
+
+def _newer(a: str, b: str) -> bool:
+    return (int(a), a) > (int(b), b) if a.isdigit() and b.isdigit() else a > b
+
+
+def load_tokenizer(entry: ModelEntry) -> None:
+    """Load the model's tokenizer (chat template, prompt token counts); a failure is kept and reported
+    by the requests that need it, so the rest of the model keeps serving."""
+    path = entry.tokenizer_path()
+    if path is None:
+        entry.tokenizer_error = (f"the frontend does not know model '{entry.name}'s tokenizer: start it with the "
+                                 "model repository (--model-repository)")
+        return
+    try:
+        from transformers import AutoTokenizer
+
+        entry.tokenizer = AutoTokenizer.from_pretrained(path)
+    except Exception as exc:  # noqa: BLE001 - any loader failure is reported per request
+        entry.tokenizer_error = f"could not load the tokenizer of model '{entry.name}' from {path}: {exc}"

@@ -1,0 +1,66 @@
+"""OpenAI-style errors: one exception type the routes raise, rendered as
+`{"error": {"message", "type", "param", "code"}}` with the matching HTTP status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+INVALID = "invalid_request_error"
+NOT_FOUND = "not_found_error"
+SERVER = "server_error"
+UNAVAILABLE = "service_unavailable"
+
+
+class APIError(Exception):
+    """A request the frontend answers with an error status; `param` names the offending field."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None, type: str | None = None,
+                 code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.type = type or (INVALID if status < 500 else SERVER)
+        self.code = code
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def invalid(message: str, param: str | None) -> APIError:
+    return APIError(400, message, param=param)
+
+
+def unknown_model(name: str, served: list[str]) -> APIError:
+    listed = ", ".join(served) or "none"
+    return APIError(404, f"The model '{name}' does not exist here; served models: {listed}", param="model",
+                    type=NOT_FOUND, code="model_not_found")
+
+
+def field_path(loc: tuple[Any, ...]) -> str:
+    """pydantic's ('body', 'messages', 0, 'content') -> 'messages[0].content' (union branch tags dropped)."""
+    out = ""
+    for part in loc:
+        if part == "body" and not out:
+            continue
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif isinstance(part, str) and ("[" in part or part.startswith(("function-", "literal["))):
+            continue  # a union branch name such as 'list[TextPart]' or 'function-after[...]'
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def from_triton(message: str) -> APIError:
+    """A Triton or vLLM-backend error text -> the status a client should see. The backend prefixes its
+    errors with [vllm]; a request it rejects is the client's fault, a failed or dead engine is not."""
+    text = message.strip()
+    lower = text.lower()
+    if "unknown model" in lower or ("is not found" in lower and "model" in lower):
+        return APIError(404, text, param="model", type=NOT_FOUND, code="model_not_found")
+    if "not ready" in lower or "being unloaded" in lower or "unavailable" in lower or "engine died" in lower:
+        return APIError(503, text, type=UNAVAILABLE)
+    if text.startswith("[vllm]") and "failed the request" not in lower:
+        return APIError(400, text.removeprefix("[vllm]").strip())
+    return APIError(500, text)

@@ -1,0 +1,120 @@
+"""Backend outputs -> OpenAI response bodies and stream chunks (pure)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from tritonpkg.frontend.errors import APIError
+from tritonpkg.frontend.triton import Output
+
+# vLLM's finish reasons that OpenAI names the same; anything else (abort, error) is not a normal end.
+FINISH = {"stop": "stop", "length": "length"}
+MIN_LOGPROB = -9999.0  # vLLM's stand-in for -inf, which JSON cannot carry
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def finish_reason(raw: str | None) -> str | None:
+    if raw is None:
+        return None
+    if raw not in FINISH:
+        raise APIError(503, f"the backend ended the generation with '{raw}'")
+    return FINISH[raw]
+
+
+def usage(prompt_tokens: int | None, completion_tokens: int | None) -> dict[str, int] | None:
+    if prompt_tokens is None or completion_tokens is None:
+        return None
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def _lp(value: float | None) -> float:
+    return MIN_LOGPROB if value is None else value
+
+
+def _token(entry: dict[str, Any]) -> dict[str, Any]:
+    return {"token": entry["token"], "logprob": _lp(entry["logprob"]), "bytes": list(entry["token"].encode("utf-8"))}
+
+
+def chat_logprobs(positions: list[dict[str, Any]] | None, k: int) -> dict[str, Any] | None:
+    if positions is None:
+        return None
+    content = []
+    for pos in positions:
+        item = _token(pos["sampled"])
+        item["top_logprobs"] = [_token(e) for e in pos["top"] if e["rank"] is not None and e["rank"] <= k][:k]
+        content.append(item)
+    return {"content": content}
+
+
+def completion_logprobs(positions: list[dict[str, Any]] | None, k: int, offset: int = 0) -> dict[str, Any] | None:
+    if positions is None:
+        return None
+    tokens, token_logprobs, top, offsets = [], [], [], []
+    for pos in positions:
+        sampled = pos["sampled"]
+        offsets.append(offset)
+        offset += len(sampled["token"])
+        tokens.append(sampled["token"])
+        token_logprobs.append(_lp(sampled["logprob"]))
+        top.append({e["token"]: _lp(e["logprob"]) for e in pos["top"] if e["rank"] is not None and e["rank"] <= k})
+    return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top, "text_offset": offsets}
+
+
+def tool_call(name: str, arguments: str, call_id: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def chat_message(text: str, tool: str | None) -> dict[str, Any]:
+    if tool is None:
+        return {"role": "assistant", "content": text}
+    return {"role": "assistant", "content": None, "tool_calls": [tool_call(tool, text, new_id("call"))]}
+
+
+def chat_body(rid: str, created: int, model: str, output: Output, logprobs: int | None,
+              tool: str | None) -> dict[str, Any]:
+    choices = []
+    for i, text in enumerate(output.texts):
+        choices.append({
+            "index": i,
+            "message": chat_message(text, tool),
+            "logprobs": chat_logprobs(output.logprobs[i], logprobs or 0) if logprobs is not None and output.logprobs else None,
+            "finish_reason": finish_reason(output.finish_reasons[i]),
+        })
+    completion = sum(output.completion_tokens) if output.completion_tokens is not None else None
+    return {"id": rid, "object": "chat.completion", "created": created, "model": model, "choices": choices,
+            "usage": usage(output.prompt_tokens, completion)}
+
+
+def completion_body(rid: str, created: int, model: str, prompts: list[str], outputs: list[Output],
+                    echo: bool, logprobs: int | None) -> dict[str, Any]:
+    choices = []
+    prompt_tokens: int | None = 0
+    completion_tokens: int | None = 0
+    for prompt, output in zip(prompts, outputs):
+        for i, text in enumerate(output.texts):
+            positions = output.logprobs[i] if output.logprobs and logprobs is not None else None
+            choices.append({
+                "index": len(choices),
+                "text": prompt + text if echo else text,
+                "logprobs": completion_logprobs(positions, logprobs or 0, len(prompt) if echo else 0) if positions is not None else None,
+                "finish_reason": finish_reason(output.finish_reasons[i]),
+            })
+        prompt_tokens = None if prompt_tokens is None or output.prompt_tokens is None else prompt_tokens + output.prompt_tokens
+        completion_tokens = (None if completion_tokens is None or output.completion_tokens is None
+                             else completion_tokens + sum(output.completion_tokens))
+    return {"id": rid, "object": "text_completion", "created": created, "model": model, "choices": choices,
+            "usage": usage(prompt_tokens, completion_tokens)}
+
+
+def sse(data: dict[str, Any] | str) -> bytes:
+    text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+    return f"data: {text}\n\n".encode()
+
+
+DONE = sse("[DONE]")

@@ -1,0 +1,83 @@
+"""FrontendServer: the app under uvicorn in a background thread, for callers that already run
+something else (the serve start-up, tests, the benchmark)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from tritonpkg.errors import RuntimeSetupError
+from tritonpkg.frontend.settings import FrontendSettings
+
+START_TIMEOUT_S = 120.0
+
+
+class FrontendServer:
+    """`with FrontendServer(settings) as fe: fe.url`. start() returns once the port listens and the
+    models are discovered, or raises RuntimeSetupError with the reason."""
+
+    def __init__(self, settings: FrontendSettings) -> None:
+        self.settings = settings
+        self.port = settings.port
+        self._server = None
+        self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.settings.host in ("0.0.0.0", "") else self.settings.host
+        return f"http://{host}:{self.port}"
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> "FrontendServer":
+        import uvicorn
+
+        from tritonpkg.frontend.app import create_app
+        from tritonpkg.runtime.ports import free_port
+
+        if self._thread is not None:
+            return self
+        if not self.port:
+            self.port = free_port(self.settings.host if self.settings.host not in ("0.0.0.0", "") else "127.0.0.1")
+        config = uvicorn.Config(create_app(self.settings), host=self.settings.host, port=self.port,
+                                log_level=self.settings.log_level, lifespan="on", access_log=False,
+                                timeout_graceful_shutdown=5)
+        self._server = server = uvicorn.Server(config)
+        server.install_signal_handlers = lambda: None  # type: ignore[method-assign] # the caller owns signals
+
+        def run() -> None:
+            try:
+                server.run()
+            except BaseException as exc:  # noqa: BLE001 - reported by start()
+                self._failure = exc
+
+        self._thread = threading.Thread(target=run, name="openai-frontend", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                cause = f"{type(self._failure).__name__}: {self._failure}" if self._failure else (
+                    "it exited during start-up (see the log above: Triton unreachable or the port taken)"
+                    if time.monotonic() <= deadline else f"not listening after {timeout:g} s")
+                raise RuntimeSetupError(f"the OpenAI frontend on {self.settings.host}:{self.port} did not start: {cause}",
+                                        field="frontend", expected=f"Triton reachable at {self.settings.triton_grpc_url}")
+            time.sleep(0.05)
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=15)
+        self._thread = None
+        self._server = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def __enter__(self) -> "FrontendServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
