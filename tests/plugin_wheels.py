@@ -44,3 +44,16 @@ def make_wheel(
         for k, v in files.items():
             zf.writestr(zipfile.ZipInfo(k, date_time=(1980, 1, 1, 0, 0, 0)), v)
     return path
+
+
+def make_venv(root: Path, overlay: Path | None = None) -> str:
+    """A fresh venv with pip; with `overlay` (a site-packages folder) its packages are importable too, so
+    a test can install a plugin beside the project's vLLM without touching the project's .venv."""
+    import sysconfig
+    import venv
+
+    venv.EnvBuilder(with_pip=True).create(root)
+    if overlay is not None:
+        purelib = sysconfig.get_path("purelib", vars={"base": str(root), "platbase": str(root)})
+        (Path(purelib) / "_overlay.pth").write_text(f"{overlay}\n")
+    return str(root / "bin" / "python3")

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import venv
 from pathlib import Path
 
 import pytest
 
-from tests.plugin_wheels import make_wheel
+from tests.plugin_wheels import make_venv, make_wheel
 from tritonpkg.plugins import PluginError, install_bundled, read_wheel, record_for
 from tritonpkg.plugins.install import plan_checks, pinned_packages
 from tritonpkg.plugins.requires import unmet_requirements
@@ -23,9 +22,7 @@ EP = {GROUP: {"demo": "demo_plugin:Processor"}}
 @pytest.fixture(scope="module")
 def target_python(tmp_path_factory) -> str:
     """A fresh venv with pip: the runtime environment install_bundled writes into."""
-    root = tmp_path_factory.mktemp("runtime-venv")
-    venv.EnvBuilder(with_pip=True).create(root)
-    return str(root / "bin" / "python3")
+    return make_venv(tmp_path_factory.mktemp("runtime-venv"))
 
 
 def _pip_show(python: str, name: str) -> str | None:

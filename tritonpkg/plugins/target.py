@@ -22,10 +22,11 @@ for d in metadata.distributions():
     if name and name not in dists:
         dists[name] = d.version
 eps = metadata.entry_points()
-points = {}
+points, owners = {}, {}
 for g in groups:
     sel = eps.select(group=g) if hasattr(eps, "select") else eps.get(g, [])
     points[g] = {ep.name: ep.value for ep in sel}
+    owners[g] = {ep.name: ep.dist.metadata["Name"] for ep in sel if getattr(ep, "dist", None) is not None}
 impl = sys.implementation
 iv = "{0.major}.{0.minor}.{0.micro}".format(impl.version)
 markers = {
@@ -36,7 +37,7 @@ markers = {
     "platform_python_implementation": platform.python_implementation(),
     "python_version": ".".join(platform.python_version_tuple()[:2]), "sys_platform": sys.platform,
 }
-print(json.dumps({"dists": dists, "entry_points": points, "markers": markers,
+print(json.dumps({"dists": dists, "entry_points": points, "owners": owners, "markers": markers,
                   "executable": sys.executable, "purelib": sysconfig.get_paths()["purelib"]}))
 """
 
@@ -46,7 +47,8 @@ class TargetEnvironment(BaseModel):
     executable: str
     purelib: str
     dists: dict[str, str]  # canonical name -> version
-    entry_points: dict[str, dict[str, str]]
+    entry_points: dict[str, dict[str, str]]  # group -> name -> object
+    owners: dict[str, dict[str, str]] = {}  # group -> name -> distribution (Python >= 3.10)
     markers: dict[str, str]
 
 

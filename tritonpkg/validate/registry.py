@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from tritonpkg.validate.context import Context
 from tritonpkg.validate.loaded import LoadedModel
 from tritonpkg.validate.report import Problem
-from tritonpkg.validate.rules import (backend, batching, engine_args, ensemble, instances, layout, runtime,
+from tritonpkg.validate.rules import (backend, batching, engine_args, ensemble, instances, layout, plugins, runtime,
                                      schedulers, tensors, versions)
 
 
@@ -21,7 +21,7 @@ def config_syntax(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
 
 MODEL_RULES = [config_syntax, *layout.RULES, *versions.RULES, *backend.RULES, *tensors.RULES,
                *batching.RULES, *schedulers.RULES, *instances.RULES, *ensemble.RULES, *engine_args.RULES, *runtime.RULES]
-REPO_RULES = [*runtime.REPO_RULES]
+REPO_RULES = [*runtime.REPO_RULES, *plugins.REPO_RULES]
 
 
 def run_rules(models: list[LoadedModel], ctx: Context) -> list[Problem]:
