@@ -193,3 +193,21 @@ def test_a_package_without_lock_is_refused(real_package: Path, tmp_path: Path) -
     out = unpack_archive(real_package, tmp_path / "served")
     with pytest.raises(LockMismatchError, match="has no repository/tritonpkg.lock.json"):
         verify_unpacked(out, real_package)
+
+
+def test_a_swapped_plugin_wheel_is_named(write_spec, tmp_path: Path) -> None:
+    from tests.plugin_wheels import make_wheel
+    from tests.unit.test_package import HOOKS, custom_spec
+
+    wheel = "demo_plugin-0.1.0-py3-none-any.whl"
+    make_wheel(tmp_path / "spec", entry_points={"vllm.logits_processors": {"demo": "demo_plugin:Processor"}})
+    spec = load_spec(write_spec(custom_spec(1, plugins=[{"name": "demo-plugin", "wheel": wheel}]),
+                                extra_files={"hooks.py": HOOKS}))
+    archive = package_spec(spec, tmp_path / "repo", archive=tmp_path / "pkg.tar.gz").archive
+    out = unpack_archive(archive, tmp_path / "good")
+    verify_unpacked(out, archive)
+    assert [w.name for w in out.wheels] == [wheel]
+    other = make_wheel(tmp_path / "other", module_source="import os  # not what was packaged\n")
+    rewrite(archive, lambda f: f.update({f"wheels/{wheel}": other.read_bytes()}))
+    with pytest.raises(LockMismatchError, match=f"wheels/{wheel}: sha256 differs from the lock"):
+        verify_unpacked(unpack_archive(archive, tmp_path / "bad"), archive)

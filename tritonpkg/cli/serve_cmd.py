@@ -1,5 +1,7 @@
-"""`tritonpkg serve REPO`: run the real Triton server on a repository until Ctrl-C / SIGTERM, or print
-the `docker run` that serves it in NVIDIA's image on a GPU host."""
+"""`tritonpkg serve SOURCE`: bring a model repository or package archive up the way production does
+(tritonpkg.runtime.startup: unpack + verify, weights, plugins, metrics directory, Triton behind closed ports
+until ready, merged /metrics, OpenAI API) and supervise it until Ctrl-C / SIGTERM; or print the
+`docker run` that serves it in NVIDIA's image on a GPU host."""
 
 from __future__ import annotations
 
@@ -16,26 +18,53 @@ class RuntimeKind(str, enum.Enum):
     docker = "docker"
 
 
+class Mode(str, enum.Enum):
+    embedded = "embedded"
+    separate = "separate"
+
+
 @library_errors()
 def serve(
-    repo: Path = typer.Argument(..., help="Model repository (a folder of model folders with config.pbtxt)."),
+    repo: Path = typer.Argument(..., metavar="SOURCE",
+                                help="Model repository folder, or a package archive from `package --archive`."),
     http_port: int = typer.Option(8000, "--http-port", help="HTTP/REST port (0 picks a free one)."),
     grpc_port: int = typer.Option(8001, "--grpc-port", help="gRPC port (0 picks a free one)."),
-    metrics_port: int = typer.Option(8002, "--metrics-port", help="Prometheus /metrics port (0 picks a free one)."),
+    metrics_port: int = typer.Option(8002, "--metrics-port",
+                                     help="Merged Prometheus /metrics port: Triton + vLLM (0 picks a free one)."),
+    openai_port: int = typer.Option(9000, "--openai-port", help="OpenAI-compatible API port (0 picks a free one)."),
+    openai: bool | None = typer.Option(None, "--openai/--no-openai",
+                                       help="Serve the OpenAI API (default: what the package asks for)."),
+    mode: Mode | None = typer.Option(None, "--mode",
+                                     help="embedded: this process also serves the OpenAI API; separate: Triton "
+                                          "only (default: the package's execution_mode, else embedded)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (local runtime); 0.0.0.0 for all."),
+    state_dir: Path | None = typer.Option(None, "--state-dir",
+                                          help="Where the archive is unpacked (default: a temp dir removed at exit)."),
+    weights_root: Path | None = typer.Option(None, "--weights-root",
+                                             help="Where remote weights are materialized (default: the user cache)."),
+    max_members: int = typer.Option(20_000, "--max-members", min=1, help="Refuse archives with more members."),
+    max_bytes: int = typer.Option(4 << 30, "--max-bytes", min=1, help="Refuse archives that expand to more bytes."),
+    plugins: bool = typer.Option(True, "--plugins/--no-plugins", help="Install the package's bundled plugin wheels."),
     runtime: RuntimeKind = typer.Option(RuntimeKind.local, "--runtime",
                                         help="local: run Triton here; docker: print the docker run command."),
     target_release: str | None = typer.Option(None, "--target-release", "-r",
                                               help="Triton release for --runtime docker (default: the toolkit's)."),
     weights: list[Path] = typer.Option([], "--weights", help="Host path of weights to mount (docker; repeatable)."),
-    timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for the server to be ready."),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for every model to be ready."),
     as_json: bool = typer.Option(False, "--json", help="Print endpoints and models (or the docker command) as JSON."),
 ) -> None:
-    """Serve a model repository in the real Triton server; stop cleanly on Ctrl-C or SIGTERM."""
+    """Serve a model repository or package in the real Triton server; stop cleanly on Ctrl-C or SIGTERM."""
     if runtime is RuntimeKind.docker:
         _print_docker(repo, target_release, weights, http_port, grpc_port, metrics_port, as_json)
         return
-    _serve_local(repo, http_port, grpc_port, metrics_port, host, timeout, as_json)
+    from tritonpkg.runtime.startup import StartupOptions
+
+    options = StartupOptions(
+        source=repo, host=host, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
+        openai_port=openai_port, openai=openai, execution_mode=mode.value if mode else None, state_dir=state_dir,
+        weights_root=weights_root, startup_timeout=timeout, max_members=max_members, max_bytes=max_bytes,
+        install_plugins=plugins)
+    _serve_local(options, as_json)
 
 
 def _print_docker(repo: Path, release: str | None, weights: list[Path], http: int, grpc: int, metrics: int,
@@ -53,11 +82,12 @@ def _print_docker(repo: Path, release: str | None, weights: list[Path], http: in
         typer.echo(shlex.join(argv))
 
 
-def _serve_local(repo: Path, http: int, grpc: int, metrics: int, host: str, timeout: float, as_json: bool) -> None:
+def _serve_local(options, as_json: bool) -> None:
     import signal
     import threading
 
-    from tritonpkg.runtime import ServerStartError, TritonServer, ensure_runtime
+    from tritonpkg.runtime import ServerStartError
+    from tritonpkg.runtime.stack import ServingStack
 
     stop = threading.Event()
     serving = threading.Event()
@@ -69,28 +99,57 @@ def _serve_local(repo: Path, http: int, grpc: int, metrics: int, host: str, time
 
     # Explicit handlers: a shell starts background jobs with SIGINT ignored, and a closed terminal sends SIGHUP.
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    srv = TritonServer(repo, runtime=ensure_runtime(), http_port=http or None, grpc_port=grpc or None,
-                       metrics_port=metrics or None, host=host, startup_timeout=timeout)
+    progress = _Progress(err_console if as_json else console)
+    stack = ServingStack(options, on_event=progress)
     try:
         try:
-            srv.start()
-        except ServerStartError as exc:  # other RuntimeSetupErrors go through library_errors
+            stack.start()
+        except ServerStartError as exc:  # other TritonpkgErrors go through library_errors
+            progress.close()
             _error(exc.message)
             err_console.print(f"full log: {exc.file}", highlight=False, markup=False)
             raise typer.Exit(EXIT_PROBLEMS) from None
+        finally:
+            progress.close()
         serving.set()
-        _report(srv, as_json)
+        _report(stack, as_json)
         while not stop.is_set():
-            if not srv.running:
-                _error(f"tritonserver exited unexpectedly; last log lines:\n{srv.log_tail(40)}")
+            if not stack.running:
+                _error(f"tritonserver exited unexpectedly; last log lines:\n{stack.server.log_tail(40)}")
                 raise typer.Exit(EXIT_PROBLEMS)
             stop.wait(0.5)
     finally:
-        srv.stop()
+        stack.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if not as_json:
-        console.print("tritonserver stopped", highlight=False)
+        console.print("stopped: Triton and every endpoint", highlight=False)
+
+
+class _Progress:
+    """One line per finished start-up step (with its time) and a spinner while a step runs."""
+
+    def __init__(self, out) -> None:
+        self.out = out
+        self._status = None
+
+    def __call__(self, event) -> None:
+        self.close()
+        title = event.step.title
+        if event.state == "start":
+            self._status = self.out.status(f"{title} ...")
+            self._status.start()
+            return
+        mark = "[yellow]![/]" if event.state == "warn" else "[green]✓[/]"
+        timing = f" [dim]{event.seconds:.2f} s[/]" if event.seconds else ""
+        self.out.print(f"{mark} {event.step.kind}{timing}  ", end="", highlight=False)
+        self.out.print(f"{title}" + (f": {event.detail}" if event.detail else ""), markup=False, highlight=False,
+                       soft_wrap=True)
+
+    def close(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
 
 
 def _error(text: str) -> None:
@@ -99,26 +158,23 @@ def _error(text: str) -> None:
     err_console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
-def _report(srv, as_json: bool) -> None:
+def _report(stack, as_json: bool) -> None:
     from rich.table import Table
 
-    models = srv.ready_models()
-    data = {
-        "http_url": srv.http_url, "grpc_url": srv.grpc_url, "metrics_url": srv.metrics_url,
-        "pid": srv.pid, "startup_seconds": round(srv.startup_seconds or 0.0, 3),
-        "models": [{"name": m["name"], "version": m.get("version"), "state": m["state"]} for m in models],
-    }
+    data = stack.endpoints()
     if as_json:
         print_json(data)
         return
-    endpoints = Table("endpoint", "address", title=f"Triton ready in {data['startup_seconds']} s (pid {srv.pid})",
-                      header_style="bold")
-    endpoints.add_row("HTTP", srv.http_url)
-    endpoints.add_row("gRPC", srv.grpc_url)
-    endpoints.add_row("metrics", srv.metrics_url)
+    endpoints = Table("endpoint", "address", header_style="bold",
+                      title=f"ready in {data['startup_seconds']} s ({data['execution_mode']}, Triton pid {data['pid']})")
+    endpoints.add_row("HTTP (KServe v2)", data["http_url"])
+    endpoints.add_row("gRPC (KServe v2)", data["grpc_url"])
+    endpoints.add_row("metrics (Triton + vLLM)", data["metrics_url"])
+    if data["openai_url"]:
+        endpoints.add_row("OpenAI API", data["openai_url"])
     console.print(endpoints)
     table = Table("model", "version", "state", header_style="bold")
     for m in data["models"]:
         table.add_row(m["name"], str(m["version"]), f"[green]{m['state']}[/]")
     console.print(table)
-    console.print("serving; Ctrl-C or SIGTERM stops the server", highlight=False)
+    console.print("serving; Ctrl-C or SIGTERM stops everything", highlight=False)

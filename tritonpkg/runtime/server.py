@@ -8,7 +8,7 @@ import tempfile
 import time
 import urllib.parse
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Literal, Mapping, Sequence
 
 from tritonpkg.errors import RuntimeSetupError
 from tritonpkg.runtime import rest
@@ -53,6 +53,8 @@ class TritonServer:
         extra_args: Sequence[str] = (),
         host: str = "127.0.0.1",
         exit_timeout: int = 5,
+        metrics_host: str | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.repo = Path(repo).absolute()
         if not self.repo.is_dir():
@@ -69,6 +71,9 @@ class TritonServer:
         self.startup_timeout = startup_timeout
         self.extra_args = list(extra_args)
         self.host = host
+        # `tritonpkg serve` keeps Triton's metrics on loopback and publishes a merged /metrics instead.
+        self.metrics_host = host if metrics_host is None else metrics_host
+        self.env = dict(env or {})  # added to the server's environment (e.g. PROMETHEUS_MULTIPROC_DIR)
         self.exit_timeout = exit_timeout
         self._requested = {"http_port": http_port, "grpc_port": grpc_port, "metrics_port": metrics_port}
         self.http_port, self.grpc_port, self.metrics_port = http_port, grpc_port, metrics_port
@@ -93,7 +98,8 @@ class TritonServer:
 
     @property
     def metrics_url(self) -> str:
-        return f"http://{self._client_host}:{self.metrics_port}/metrics"
+        host = "127.0.0.1" if self.metrics_host in ("0.0.0.0", "") else self.metrics_host
+        return f"http://{host}:{self.metrics_port}/metrics"
 
     @property
     def pid(self) -> int | None:
@@ -116,7 +122,7 @@ class TritonServer:
             f"--backend-directory={rt.backend_dir}",
             f"--model-control-mode={self.model_control}",
             f"--http-port={self.http_port}", f"--grpc-port={self.grpc_port}", f"--metrics-port={self.metrics_port}",
-            f"--http-address={self.host}", f"--grpc-address={self.host}", f"--metrics-address={self.host}",
+            f"--http-address={self.host}", f"--grpc-address={self.host}", f"--metrics-address={self.metrics_host}",
             "--allow-gpu-metrics=false",  # no GPU here or NVML-less hosts: silences DCGM retries
             "--log-verbose=0",
             # On SIGTERM Triton waits up to this long for in-flight requests *and* for idle keep-alive
@@ -163,12 +169,13 @@ class TritonServer:
         fresh = iter(free_ports(3, "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host))
         for field, value in self._requested.items():
             port = value if value else next(fresh)
-            require_free(port, self.host or "0.0.0.0", field)
+            require_free(port, (self.metrics_host if field == "metrics_port" else self.host) or "0.0.0.0", field)
             setattr(self, field, port)
 
     def _launch_and_wait(self) -> None:
         rt = self._rt()
-        self._group = ProcessGroup(self.command(), server_environment(rt), self.log_path)  # type: ignore[arg-type]
+        env = {**server_environment(rt), **self.env}
+        self._group = ProcessGroup(self.command(), env, self.log_path)  # type: ignore[arg-type]
         self._group.start()
         probe = "/v2/health/ready" if self.model_control == "none" or self.load_models else "/v2/health/live"
         deadline = time.monotonic() + self.startup_timeout

@@ -230,19 +230,28 @@ def verify_unpacked(package: UnpackedPackage, archive: str | Path) -> None:
     lock = lock_mod.read(repo)
     problems = lock_mod.verify(repo)
     named = {lock_mod.LOCK_NAME}
-    plugins: set[str] = set()
+    plugins: dict[str, str | None] = {}  # bundled wheel -> sha256 (None: a lock from before it was recorded)
     for model_name, model in lock["models"].items():
         named.add(f"{model_name}/config.pbtxt")
         for entry in model["versions"].values():
             named.update(entry.get("files", {}))
-            plugins.update(entry.get("plugins", []))
+            for plugin in entry.get("plugins", []):
+                if isinstance(plugin, str):
+                    plugins[plugin] = None
+                elif plugin.get("wheel"):
+                    plugins[plugin["wheel"]] = plugin.get("sha256")
     for path in sorted(repo.rglob("*")):
         rel = path.relative_to(repo).as_posix()
         if (path.is_file() or path.is_symlink()) and rel not in named:
             problems.append(f"{rel}: not in the lock")
-    wheels = {p.name for p in package.wheels}
-    problems += [f"{WHEELS_PREFIX}/{w}: not listed as a plugin in the lock" for w in sorted(wheels - plugins)]
-    problems += [f"{WHEELS_PREFIX}/{w}: listed in the lock but missing" for w in sorted(plugins - wheels)]
+    wheels = {p.name: p for p in package.wheels}
+    for name in sorted(set(wheels) | set(plugins)):
+        if name not in plugins:
+            problems.append(f"{WHEELS_PREFIX}/{name}: not listed as a plugin in the lock")
+        elif name not in wheels:
+            problems.append(f"{WHEELS_PREFIX}/{name}: listed in the lock but missing")
+        elif plugins[name] and lock_mod.sha256(wheels[name].read_bytes()) != plugins[name]:
+            problems.append(f"{WHEELS_PREFIX}/{name}: sha256 differs from the lock")
     if problems:
         shown = "\n  ".join(problems[:20]) + (f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else "")
         raise LockMismatchError(f"{len(problems)} file(s) do not match the lock:\n  {shown}", file=archive,

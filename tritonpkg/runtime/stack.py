@@ -1,0 +1,270 @@
+"""`ServingStack`: run the start-up plan of tritonpkg.runtime.startup and hold what it started — the
+unpacked package, the Triton child, the merged /metrics and (embedded mode) the OpenAI frontend — so that
+one stop() ends all of it in reverse order, whichever step failed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+from tritonpkg.errors import RuntimeSetupError
+from tritonpkg.repository import lock as lock_mod
+from tritonpkg.runtime.startup import PackageFacts, StartupOptions, StartupPlan, Step, packaged_serving, plan_prepare, \
+    plan_serve
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+class Warn(str):
+    """A step's result that the user should see as a warning (the step still succeeded)."""
+
+
+@dataclass
+class StepEvent:
+    step: Step
+    state: Literal["start", "done", "warn"]
+    seconds: float = 0.0
+    detail: str = ""
+
+
+class ServingStack:
+    """Use as a context manager, or start()/stop(). `on_event` sees each step start and finish."""
+
+    def __init__(self, options: StartupOptions, runtime: Any = None,
+                 on_event: Callable[[StepEvent], None] | None = None) -> None:
+        self.options = options
+        self.runtime = runtime
+        self.on_event = on_event or (lambda _e: None)
+        self.plan: StartupPlan | None = None
+        self.repository: Path | None = None
+        self.server: Any = None  # TritonServer
+        self.metrics: Any = None  # MergedMetricsServer
+        self.frontend: Any = None
+        self.openai_port: int | None = None
+        self.multiproc_dir: Path | None = None
+        self.timings: dict[str, float] = {}
+        self.startup_seconds: float | None = None
+        self._unpacked: Any = None  # UnpackedPackage
+        self._state_dir: Path | None = None
+        self._own_state = False
+        self._scratch: list[Path] = []  # folders this run created inside a user-given state dir
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> "ServingStack":
+        began = time.monotonic()
+        try:
+            source = self._source()
+            prepare = plan_prepare(self.options, source_is_archive=source.is_file())
+            for step in prepare.steps:
+                self._run(step)
+            self.plan = plan_serve(self.options, self._facts())
+            self.plan.steps = prepare.steps + self.plan.steps
+            for note in self.plan.notes:
+                self.on_event(StepEvent(Step("verify", "package"), "warn", detail=note))
+            for step in self.plan.steps[len(prepare.steps):]:
+                self._run(step)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_seconds = time.monotonic() - began
+        return self
+
+    def stop(self) -> int | None:
+        """Close the public endpoints first, then Triton, then remove what start() unpacked."""
+        code = None
+        if self.frontend is not None:
+            self.frontend.__exit__(None, None, None)
+            self.frontend = None
+        if self.metrics is not None:
+            self.metrics.stop()
+            self.metrics = None
+        if self.server is not None:
+            code = self.server.stop()
+        if self._own_state and self._state_dir is not None:
+            shutil.rmtree(self._state_dir, ignore_errors=True)
+        for folder in self._scratch:
+            shutil.rmtree(folder, ignore_errors=True)
+        self._scratch.clear()
+        return code
+
+    def __enter__(self) -> "ServingStack":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        return self.server is not None and self.server.running
+
+    # -- steps -----------------------------------------------------------------------------------
+    def _run(self, step: Step) -> None:
+        self.on_event(StepEvent(step, "start"))
+        began = time.monotonic()
+        detail = getattr(self, f"_step_{step.kind}")()
+        self.timings[step.kind] = time.monotonic() - began
+        self.on_event(StepEvent(step, "warn" if isinstance(detail, Warn) else "done", self.timings[step.kind],
+                                str(detail or "")))
+
+    def _source(self) -> Path:
+        source = self.options.source
+        if not (source.is_file() or source.is_dir()):
+            raise RuntimeSetupError("nothing to serve here", file=source,
+                                    expected="a model repository folder or a `tritonpkg package --archive` file")
+        if source.is_dir():
+            self.repository = source.absolute()
+        return source
+
+    def _state(self) -> Path:
+        if self._state_dir is None:
+            if self.options.state_dir is None:
+                self._state_dir = Path(tempfile.mkdtemp(prefix="tritonpkg-serve-"))
+                self._own_state = True
+            else:
+                self._state_dir = self.options.state_dir.absolute()
+                self._state_dir.mkdir(parents=True, exist_ok=True)
+        return self._state_dir
+
+    def _scratch_dir(self, stem: str) -> Path:
+        path = self._state() / f"{stem}-{uuid.uuid4().hex[:8]}"
+        self._scratch.append(path)
+        return path
+
+    def _step_unpack(self) -> str:
+        from tritonpkg.runtime.unpack import UnpackLimits, unpack_archive
+
+        limits = UnpackLimits(max_members=self.options.max_members, max_bytes=self.options.max_bytes)
+        self._unpacked = unpack_archive(self.options.source, self._scratch_dir("package"), limits)
+        self.repository = self._unpacked.repository
+        return f"{self._unpacked.files} files, {self._unpacked.bytes} bytes, {len(self._unpacked.wheels)} wheel(s)"
+
+    def _step_verify(self) -> str:
+        assert self.repository is not None
+        if self._unpacked is not None:
+            from tritonpkg.runtime.unpack import verify_unpacked
+
+            verify_unpacked(self._unpacked, self.options.source)
+            return "every file matches the lock"
+        if not (self.repository / lock_mod.LOCK_NAME).is_file():
+            return Warn("no tritonpkg.lock.json: files not verified")
+        problems = lock_mod.verify(self.repository)
+        if problems:
+            return Warn(f"{len(problems)} file(s) differ from the lock: " + "; ".join(problems[:5]))
+        return "every file the lock names matches"
+
+    def _facts(self) -> PackageFacts:
+        assert self.repository is not None
+        lock = lock_mod.read(self.repository)
+        mode, openai = packaged_serving(lock)
+        recorded = {p.get("wheel") for m in lock.get("models", {}).values() for v in m.get("versions", {}).values()
+                    for p in v.get("plugins", []) if isinstance(p, dict) and p.get("wheel")}
+        wheels = len(self._unpacked.wheels) if self._unpacked is not None else 0
+        return PackageFacts(wheels=wheels, recorded_wheels=len(recorded), execution_mode=mode, openai=openai)
+
+    def _step_weights(self) -> str:
+        from tritonpkg import paths
+        from tritonpkg.runtime.weights import ensure_weights, plan_weights, read_engine_args
+
+        assert self.repository is not None
+        actions = plan_weights(read_engine_args(self.repository))
+        if not actions:
+            return "no vLLM model"
+        if self._unpacked is None and any(a.kind == "materialize" for a in actions):
+            # model.json gets the local weights path: rewrite a copy, never the user's folder
+            copy = self._scratch_dir("repository")
+            shutil.copytree(self.repository, copy, symlinks=True)
+            self.repository = copy
+        root = self.options.weights_root or paths.cache_dir() / "weights"
+        done = ensure_weights(self.repository, actions, root)
+        return "; ".join(f"{r.model_json}: {r.kind} {r.path} ({r.detail})" for r in done)
+
+    def _step_plugins(self) -> str:
+        try:
+            from tritonpkg.plugins import install_bundled
+        except ImportError as exc:
+            raise RuntimeSetupError("the package bundles plugin wheels, and plugin installation is not available "
+                                    f"in this tritonpkg ({exc})", field="wheels/",
+                                    expected="tritonpkg.plugins.install_bundled") from exc
+        assert self._unpacked is not None and self.repository is not None
+        installed = install_bundled(self._unpacked.wheels_dir, lock=self.repository / lock_mod.LOCK_NAME)
+        return ", ".join(f"{p.name} {p.version} {p.action}" for p in installed) or "nothing to install"
+
+    def _step_metrics_dir(self) -> str:
+        from tritonpkg.metrics import prepare_multiproc_dir
+
+        chosen = self.options.multiproc_dir or os.environ.get(MULTIPROC_ENV) or self._state() / "prometheus-multiproc"
+        self.multiproc_dir = prepare_multiproc_dir(chosen)
+        return str(self.multiproc_dir)
+
+    def _step_triton(self) -> str:
+        from tritonpkg.runtime.ensure import ensure_runtime
+        from tritonpkg.runtime.ports import require_free
+        from tritonpkg.runtime.server import TritonServer
+
+        o = self.options
+        # Fail before a model load that can take minutes, not after it.
+        for name, port in (("metrics_port", o.metrics_port), ("openai_port", self._wants_frontend() and o.openai_port)):
+            if port:
+                require_free(port, o.host or "0.0.0.0", name)
+        self.server = TritonServer(
+            self.repository, runtime=self.runtime or ensure_runtime(), host=o.host,
+            http_port=o.http_port or None, grpc_port=o.grpc_port or None, metrics_port=None,
+            metrics_host="127.0.0.1", model_control="none", startup_timeout=o.startup_timeout,
+            env={MULTIPROC_ENV: str(self.multiproc_dir)})
+        self.server.start()
+        return f"pid {self.server.pid}, {len(self.server.ready_models())} model(s) ready"
+
+    def _step_metrics(self) -> str:
+        from tritonpkg.metrics import MergedMetricsServer
+
+        self.metrics = MergedMetricsServer(self.server.metrics_url, self.multiproc_dir, host=self.options.host,
+                                           port=self.options.metrics_port).start()
+        return self.metrics.url
+
+    def _wants_frontend(self) -> bool:
+        return self.plan is not None and any(s.kind == "frontend" for s in self.plan.steps)
+
+    def _step_frontend(self) -> str:
+        try:
+            from tritonpkg.frontend import FrontendServer, FrontendSettings
+        except ImportError as exc:
+            raise RuntimeSetupError(f"the OpenAI frontend is not available in this tritonpkg ({exc})",
+                                    field="openai", expected="--no-openai, or a tritonpkg with tritonpkg.frontend")
+        from tritonpkg.runtime.ports import free_port
+
+        self.openai_port = self.options.openai_port or free_port(self.options.host or "127.0.0.1")
+        settings = FrontendSettings(triton_grpc_url=self.server.grpc_url, host=self.options.host,
+                                    port=self.openai_port)
+        frontend = FrontendServer(settings)
+        frontend.__enter__()
+        self.frontend = frontend
+        return self.openai_url or ""
+
+    # -- what is served --------------------------------------------------------------------------
+    @property
+    def openai_url(self) -> str | None:
+        if self.frontend is None:
+            return None
+        host = "127.0.0.1" if self.options.host in ("0.0.0.0", "") else self.options.host
+        return f"http://{host}:{self.openai_port}/v1"
+
+    def endpoints(self) -> dict[str, Any]:
+        srv = self.server
+        models = srv.ready_models() if srv is not None and srv.running else []
+        return {
+            "http_url": srv.http_url, "grpc_url": srv.grpc_url,
+            "metrics_url": self.metrics.url if self.metrics else None,
+            "triton_metrics_url": srv.metrics_url,
+            "openai_url": self.openai_url,
+            "execution_mode": self.plan.execution_mode if self.plan else None,
+            "pid": srv.pid, "repository": str(self.repository),
+            "startup_seconds": round(self.startup_seconds or 0.0, 3),
+            "steps": {k: round(v, 3) for k, v in self.timings.items()},
+            "models": [{"name": m["name"], "version": m.get("version"), "state": m["state"]} for m in models],
+        }

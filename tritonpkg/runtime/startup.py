@@ -1,0 +1,128 @@
+"""The start-up procedure of `tritonpkg serve`, as pure plans: which steps run, in which order, with
+which settings. tritonpkg.runtime.stack runs them.
+
+Planning happens twice because what a package asks for is only known once it is safely unpacked and
+verified: `plan_prepare` (from the options alone) gets the repository onto disk and checked, then
+`plan_serve` (options + facts read from the verified package) brings it up. `plan_startup` joins both
+for display and tests.
+
+The order is the contract of issue 6: unpack and verify, weights, plugins, a clean Prometheus
+multiprocess directory, Triton with its public ports closed until every model is ready, and only then
+the merged /metrics and the OpenAI frontend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ExecutionMode = Literal["embedded", "separate"]
+StepKind = Literal["unpack", "verify", "weights", "plugins", "metrics_dir", "triton", "metrics", "frontend"]
+DEFAULT_MODE: ExecutionMode = "embedded"
+
+
+class StartupOptions(BaseModel):
+    """Everything `tritonpkg serve` was asked for. Ports: 0 picks a free one. None for execution_mode or
+    openai means: what the package asks for (its lock), else embedded without the OpenAI API."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: Path = Field(description="a model repository folder or a `tritonpkg package --archive` file")
+    host: str = "127.0.0.1"
+    http_port: int = Field(default=8000, ge=0, le=65535)
+    grpc_port: int = Field(default=8001, ge=0, le=65535)
+    metrics_port: int = Field(default=8002, ge=0, le=65535)
+    openai_port: int = Field(default=9000, ge=0, le=65535)
+    execution_mode: ExecutionMode | None = None
+    openai: bool | None = None
+    state_dir: Path | None = Field(default=None, description="unpacked package and metrics files; None: a temp dir")
+    weights_root: Path | None = Field(default=None, description="where remote weights are materialized")
+    multiproc_dir: Path | None = Field(default=None, description="PROMETHEUS_MULTIPROC_DIR; None: env or state dir")
+    startup_timeout: float = Field(default=120.0, gt=0)
+    max_members: int = Field(default=20_000, ge=1)
+    max_bytes: int = Field(default=4 << 30, ge=1)
+    install_plugins: bool = True
+
+
+@dataclass(frozen=True)
+class PackageFacts:
+    """What the verified package says about itself (tritonpkg.lock.json and its files)."""
+
+    wheels: int = 0
+    recorded_wheels: int = 0  # plugin wheels the lock names (a folder carries none of them)
+    execution_mode: ExecutionMode | None = None
+    openai: bool | None = None
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: StepKind
+    title: str
+
+
+@dataclass
+class StartupPlan:
+    steps: list[Step]
+    execution_mode: ExecutionMode = DEFAULT_MODE
+    openai: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def kinds(self) -> list[StepKind]:
+        return [s.kind for s in self.steps]
+
+
+def plan_prepare(options: StartupOptions, source_is_archive: bool) -> StartupPlan:
+    if source_is_archive:
+        return StartupPlan([
+            Step("unpack", f"unpack {options.source.name} (at most {options.max_members} members, "
+                           f"{options.max_bytes} bytes)"),
+            Step("verify", "verify every file against tritonpkg.lock.json"),
+        ])
+    return StartupPlan([Step("verify", "compare the repository with its lock (drift is reported, not fatal)")])
+
+
+def plan_serve(options: StartupOptions, facts: PackageFacts) -> StartupPlan:
+    mode = options.execution_mode or facts.execution_mode or DEFAULT_MODE
+    openai = options.openai if options.openai is not None else bool(facts.openai)
+    plan = StartupPlan([], execution_mode=mode, openai=openai)
+    plan.steps.append(Step("weights", "weights on this machine (materialize remote sources)"))
+    if facts.wheels and options.install_plugins:
+        plan.steps.append(Step("plugins", f"install {facts.wheels} bundled plugin wheel(s)"))
+    elif facts.wheels:
+        plan.notes.append(f"{facts.wheels} bundled plugin wheel(s) not installed (--no-plugins)")
+    elif facts.recorded_wheels:
+        plan.notes.append(f"the lock names {facts.recorded_wheels} plugin wheel(s) that only a package archive "
+                          "carries; they must already be installed")
+    plan.steps.append(Step("metrics_dir", "clear the Prometheus multiprocess directory"))
+    plan.steps.append(Step("triton", "start Triton; public HTTP/gRPC ports stay closed until every model is ready"))
+    plan.steps.append(Step("metrics", "open the merged /metrics (Triton + vLLM)"))
+    if openai and mode == "embedded":
+        plan.steps.append(Step("frontend", "open the OpenAI-compatible API"))
+    elif openai:
+        plan.notes.append("separate mode: run `tritonpkg frontend --triton-grpc ...` beside this server "
+                          "for the OpenAI API")
+    return plan
+
+
+def plan_startup(options: StartupOptions, source_is_archive: bool, facts: PackageFacts) -> StartupPlan:
+    prepare, serve = plan_prepare(options, source_is_archive), plan_serve(options, facts)
+    return StartupPlan(prepare.steps + serve.steps, serve.execution_mode, serve.openai, prepare.notes + serve.notes)
+
+
+def packaged_serving(lock: dict) -> tuple[ExecutionMode | None, bool | None]:
+    """The execution mode and OpenAI wish the lock records for its models, when it records them:
+    embedded wins over separate, and one model asking for the OpenAI API turns it on."""
+    modes: set[str] = set()
+    wants: set[bool] = set()
+    for model in lock.get("models", {}).values():
+        for entry in model.get("versions", {}).values():
+            serving = entry.get("serving") or {}
+            if serving.get("execution_mode") in ("embedded", "separate"):
+                modes.add(serving["execution_mode"])
+            if isinstance(serving.get("openai"), bool):
+                wants.add(serving["openai"])
+    mode: ExecutionMode | None = "embedded" if "embedded" in modes else ("separate" if modes else None)
+    return mode, (True in wants) if wants else None
