@@ -4,6 +4,7 @@ separate steps and the same spec always yields the same bytes."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -161,6 +162,7 @@ def _python_model(
         outputs=outputs,
         instance_kind=_instance_kind(spec),
         instance_count=spec.python.instance_count,
+        decoupled=bool(template.meta.get("decoupled")),
     )
     model = BuiltModel(name, spec.version, template_name)
     model.files[model.config_path] = cfg.to_pbtxt(cfg.build(config)).encode()
@@ -171,10 +173,12 @@ def _python_model(
         "inputs": [_tensor_dict(t) for t in inputs],
         "outputs": [_tensor_dict(t) for t in outputs],
         "max_batch_size": spec.python.max_batch_size,
+        "weights": spec.weights_location(),
     }
     prefix = f"{name}/{spec.version}"
     for filename, data in templates.render(template, context).items():
         model.files[f"{prefix}/{filename}"] = data
+    model.files.update(_vendored_files(template, prefix))
     if "module" in params:
         model.files.update(_user_files(spec, prefix))
     if "tokenizer" in params:
@@ -225,6 +229,18 @@ def _ensemble_models(spec: Spec) -> list[BuiltModel]:
 
 def _tensor_dict(t: cfg.Tensor) -> dict[str, Any]:
     return {"name": t.name, "data_type": t.data_type, "dims": list(t.dims), "optional": t.optional}
+
+
+def _vendored_files(template: templates.Template, prefix: str) -> dict[str, bytes]:
+    """Toolkit packages a template's model.py imports (template.yaml `vendor: {folder: package}`), copied
+    beside it: in NVIDIA's images the Python-backend stub has no tritonpkg to import."""
+    out: dict[str, bytes] = {}
+    for folder, package in sorted((template.meta.get("vendor") or {}).items()):
+        found = importlib.util.find_spec(package)
+        assert found is not None and found.origin, f"template {template.name} vendors a missing package {package}"
+        for path in sorted(Path(found.origin).parent.glob("*.py")):
+            out[f"{prefix}/{folder}/{path.name}"] = path.read_bytes()
+    return out
 
 
 def _user_files(spec: Spec, prefix: str) -> dict[str, bytes]:

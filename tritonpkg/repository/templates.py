@@ -26,7 +26,8 @@ class Template:
         return self.meta.get("parameters") or {}
 
     def default_io(self, key: str) -> tuple[list[dict], list[dict]]:
-        io = (self.meta.get("default_io") or {}).get(key) or {}
+        default_io = self.meta.get("default_io") or {}
+        io = default_io.get(key) or default_io.get("default") or {}
         return io.get("inputs", []), io.get("outputs", [])
 
     def sources(self) -> list[Path]:

@@ -1,0 +1,144 @@
+"""A BERT encoder over packed tokens with mean pooling, built from a checkpoint's state dict (the key
+names of Hugging Face BERT checkpoints, which are stable) and its config.json.
+
+Two attention paths: `encode` (eager, any batch) runs attention per length group, so the only padding
+is inside groups of near-equal lengths; `encode_static` takes a batch padded to a fixed token count and
+uses a block-diagonal mask, so every shape depends only on (sequence count, padded tokens) and the
+whole forward can be captured in a CUDA graph."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Mapping
+
+import torch
+import torch.nn.functional as F
+
+from .packing import Packed, group_indices
+
+_ACTIVATIONS = {"gelu": F.gelu, "gelu_new": lambda x: F.gelu(x, approximate="tanh"), "relu": F.relu}
+
+
+class PackedBert(torch.nn.Module):
+    def __init__(self, config: Mapping, state: Mapping[str, torch.Tensor]) -> None:
+        super().__init__()
+        self.hidden = int(config["hidden_size"])
+        self.heads = int(config["num_attention_heads"])
+        self.head_dim = self.hidden // self.heads
+        self.eps = float(config.get("layer_norm_eps", 1e-12))
+        self.max_positions = int(config.get("max_position_embeddings", 512))
+        act = config.get("hidden_act", "gelu")
+        if act not in _ACTIVATIONS:
+            raise ValueError(f"hidden_act {act!r} is not supported (expected one of {', '.join(_ACTIVATIONS)})")
+        self.act = _ACTIVATIONS[act]
+        state = _strip_prefix(state)
+        p = lambda k: torch.nn.Parameter(state[k].detach().clone().float(), requires_grad=False)  # noqa: E731
+        self.word = p("embeddings.word_embeddings.weight")
+        self.position = p("embeddings.position_embeddings.weight")
+        self.token_type = p("embeddings.token_type_embeddings.weight")
+        self.emb_ln = torch.nn.ParameterList([p("embeddings.LayerNorm.weight"), p("embeddings.LayerNorm.bias")])
+        self.layers = torch.nn.ModuleList()
+        for i in range(int(config["num_hidden_layers"])):
+            pre = f"encoder.layer.{i}."
+            layer = torch.nn.Module()
+            att = pre + "attention.self."
+            layer.qkv_w = torch.nn.Parameter(torch.cat([state[att + n + ".weight"] for n in ("query", "key", "value")]).float(),
+                                             requires_grad=False)
+            layer.qkv_b = torch.nn.Parameter(torch.cat([state[att + n + ".bias"] for n in ("query", "key", "value")]).float(),
+                                             requires_grad=False)
+            layer.out_w, layer.out_b = p(pre + "attention.output.dense.weight"), p(pre + "attention.output.dense.bias")
+            layer.ln1_w, layer.ln1_b = p(pre + "attention.output.LayerNorm.weight"), p(pre + "attention.output.LayerNorm.bias")
+            layer.up_w, layer.up_b = p(pre + "intermediate.dense.weight"), p(pre + "intermediate.dense.bias")
+            layer.down_w, layer.down_b = p(pre + "output.dense.weight"), p(pre + "output.dense.bias")
+            layer.ln2_w, layer.ln2_b = p(pre + "output.LayerNorm.weight"), p(pre + "output.LayerNorm.bias")
+            self.layers.append(layer)
+
+    @classmethod
+    def from_pretrained(cls, folder: str | Path) -> "PackedBert":
+        """config.json + model.safetensors (or pytorch_model.bin) of a BERT checkpoint folder."""
+        folder = Path(folder)
+        config = json.loads((folder / "config.json").read_text())
+        if (folder / "model.safetensors").is_file():
+            from safetensors.torch import load_file
+
+            state = load_file(str(folder / "model.safetensors"))
+        elif (folder / "pytorch_model.bin").is_file():
+            state = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        else:
+            raise FileNotFoundError(f"{folder} holds neither model.safetensors nor pytorch_model.bin")
+        return cls(config, state)
+
+    def _embed(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        x = self.word[ids] + self.position[positions] + self.token_type[0]
+        return F.layer_norm(x, (self.hidden,), self.emb_ln[0], self.emb_ln[1], self.eps)
+
+    def _layers(self, x: torch.Tensor, attend) -> torch.Tensor:
+        h = self.hidden
+        for layer in self.layers:
+            qkv = F.linear(x, layer.qkv_w, layer.qkv_b)
+            a = attend(qkv)
+            x = F.layer_norm(x + F.linear(a, layer.out_w, layer.out_b), (h,), layer.ln1_w, layer.ln1_b, self.eps)
+            up = self.act(F.linear(x, layer.up_w, layer.up_b))
+            x = F.layer_norm(x + F.linear(up, layer.down_w, layer.down_b), (h,), layer.ln2_w, layer.ln2_b, self.eps)
+        return x
+
+    def _split_heads(self, t: torch.Tensor) -> torch.Tensor:  # [..., L, H] -> [..., heads, L, d]
+        return t.unflatten(-1, (self.heads, self.head_dim)).transpose(-3, -2)
+
+    @torch.inference_mode()
+    def encode(self, packed: Packed) -> torch.Tensor:
+        """Mean-pooled [num_sequences, hidden] of an unpadded packed batch (eager)."""
+        device = self.word.device
+        packed = packed.to(device)
+        groups = group_indices(packed.lengths, device=device)
+        h = self.hidden
+
+        def attend(qkv: torch.Tensor) -> torch.Tensor:
+            out = torch.empty((qkv.shape[0], h), dtype=qkv.dtype, device=device)
+            for g in groups:
+                rows = qkv[g.gather]  # [G, L, 3H]
+                q, k, v = (self._split_heads(t) for t in rows.split(h, dim=-1))
+                mask = None if bool(g.valid.all()) else g.valid[:, None, None, :]
+                o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+                out[g.tokens] = o.transpose(1, 2).flatten(-2)[g.valid]
+            return out
+
+        x = self._layers(self._embed(packed.input_ids, packed.positions), attend)
+        return _mean_pool(x, packed.seg, len(packed.lengths))
+
+    @torch.inference_mode()
+    def encode_static(self, ids: torch.Tensor, positions: torch.Tensor, seg: torch.Tensor,
+                      num_sequences: int) -> torch.Tensor:
+        """Mean-pooled [num_sequences, hidden] of a batch padded to a fixed token count; padding tokens
+        carry seg == num_sequences. Shapes depend only on (num_sequences, len(ids)): graph-capturable."""
+        mask = (seg[:, None] == seg[None, :])[None, None]
+
+        def attend(qkv: torch.Tensor) -> torch.Tensor:
+            q, k, v = (self._split_heads(t[None]) for t in qkv.split(self.hidden, dim=-1))
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            return o.transpose(1, 2).flatten(-2)[0]
+
+        x = self._layers(self._embed(ids, positions), attend)
+        return _mean_pool(x, seg, num_sequences)
+
+
+def _mean_pool(x: torch.Tensor, seg: torch.Tensor, num_sequences: int) -> torch.Tensor:
+    sums = torch.zeros((num_sequences + 1, x.shape[1]), dtype=x.dtype, device=x.device).index_add_(0, seg, x)
+    counts = torch.zeros(num_sequences + 1, dtype=x.dtype, device=x.device).index_add_(
+        0, seg, torch.ones_like(seg, dtype=x.dtype))
+    return sums[:num_sequences] / counts[:num_sequences, None].clamp_min(1.0)
+
+
+def _strip_prefix(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Checkpoints saved from BertFor* carry a "bert." prefix; BertModel ones carry none."""
+    out = {}
+    for k, v in state.items():
+        for prefix in ("bert.", "model.", "0.auto_model."):
+            if k.startswith(prefix):
+                k = k[len(prefix):]
+                break
+        out[k] = v
+    return out
+
+

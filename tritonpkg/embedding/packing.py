@@ -1,0 +1,102 @@
+"""Ragged packing: the sequences of a batch laid end to end, no padding between them. Token-wise layers
+(embeddings, linear, LayerNorm, GELU) run on the packed tokens; attention runs per length group, where
+the only padding is inside a group of near-equal lengths."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+
+@dataclass
+class Packed:
+    """One batch as packed tensors. `seg[t]` is the sequence of token t; padding tokens (only when the
+    batch is padded to a graph bucket) carry seg == len(lengths), a segment of their own."""
+
+    input_ids: torch.Tensor  # [T] int64
+    positions: torch.Tensor  # [T] int64
+    seg: torch.Tensor  # [T] int64
+    lengths: list[int]
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def num_sequences(self) -> int:
+        return len(self.lengths)
+
+    def to(self, device: torch.device | str) -> "Packed":
+        return Packed(self.input_ids.to(device, non_blocking=True), self.positions.to(device, non_blocking=True),
+                      self.seg.to(device, non_blocking=True), self.lengths)
+
+
+def pack(sequences: Sequence[Sequence[int]], pad_to: int | None = None, pad_id: int = 0) -> Packed:
+    """Concatenate `sequences`; with `pad_to`, append padding tokens up to that many tokens in total."""
+    lengths = [len(s) for s in sequences]
+    total = sum(lengths)
+    if pad_to is not None and pad_to < total:
+        raise ValueError(f"pad_to={pad_to} is below the {total} tokens of the batch")
+    width = pad_to if pad_to is not None else total
+    ids = torch.full((width,), pad_id, dtype=torch.int64)
+    positions = torch.zeros(width, dtype=torch.int64)
+    seg = torch.full((width,), len(lengths), dtype=torch.int64)
+    start = 0
+    for i, s in enumerate(sequences):
+        n = lengths[i]
+        ids[start:start + n] = torch.as_tensor(s, dtype=torch.int64)
+        positions[start:start + n] = torch.arange(n)
+        seg[start:start + n] = i
+        start += n
+    return Packed(ids, positions, seg, lengths)
+
+
+def length_groups(lengths: Sequence[int], max_waste: float = 0.125) -> list[list[int]]:
+    """Sequence indices grouped so that padding each group to its longest member wastes at most
+    `max_waste` of the group's padded tokens. Longest first; a sequence is never split."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    groups: list[list[int]] = []
+    current: list[int] = []
+    real = 0
+    for i in order:
+        if current:
+            longest = lengths[current[0]]
+            padded = longest * (len(current) + 1)
+            if (padded - real - lengths[i]) / padded <= max_waste:
+                current.append(i)
+                real += lengths[i]
+                continue
+            groups.append(current)
+        current, real = [i], lengths[i]
+    if current:
+        groups.append(current)
+    return groups
+
+
+@dataclass
+class GroupIndex:
+    """Gather/scatter indices of one length group: `gather[g, l]` is the packed token at row g, column l
+    (0 where l is past the row's length), `valid` marks the real ones."""
+
+    gather: torch.Tensor  # [G, L] int64
+    valid: torch.Tensor  # [G, L] bool
+    tokens: torch.Tensor  # [n] packed positions of the valid entries, row-major
+
+
+def group_indices(lengths: Sequence[int], max_waste: float = 0.125,
+                  device: torch.device | str = "cpu") -> list[GroupIndex]:
+    starts = [0]
+    for n in lengths[:-1]:
+        starts.append(starts[-1] + n)
+    out = []
+    for group in length_groups(lengths, max_waste):
+        width = lengths[group[0]]
+        col = torch.arange(width)
+        start = torch.tensor([starts[i] for i in group]).unsqueeze(1)
+        length = torch.tensor([lengths[i] for i in group]).unsqueeze(1)
+        valid = col.unsqueeze(0) < length
+        gather = torch.where(valid, start + col, torch.zeros((), dtype=torch.int64))
+        out.append(GroupIndex(gather.to(device), valid.to(device), gather[valid].to(device)))
+    return out

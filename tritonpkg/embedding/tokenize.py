@@ -1,0 +1,50 @@
+"""Texts to token ids with one rule for the gateway and the model: inputs longer than `max_length` are
+truncated when truncation is on, else refused with the input's index, its length and the limit."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from .errors import EmbeddingInputError
+
+
+def encode_texts(tokenizer: Any, texts: Sequence[str], max_length: int, truncate: bool,
+                 field: str = "input") -> list[list[int]]:
+    """`tokenizer` is a `tokenizers.Tokenizer` with truncation and padding disabled."""
+    encodings = tokenizer.encode_batch(list(texts))
+    ids = [list(e.ids) for e in encodings]
+    long = [i for i, seq in enumerate(ids) if len(seq) > max_length]
+    if not long:
+        return ids
+    if not truncate:
+        i = long[0]
+        raise EmbeddingInputError(
+            f"input {i} has {len(ids[i])} tokens, more than the model's limit of {max_length}"
+            f"{f' ({len(long)} inputs are too long)' if len(long) > 1 else ''}",
+            field=f"{field}[{i}]", expected=f"at most {max_length} tokens, or truncation turned on")
+    for i, enc in zip(long, tokenizer_truncating(tokenizer, max_length).encode_batch([texts[i] for i in long])):
+        ids[i] = list(enc.ids)
+    return ids
+
+
+_TRUNCATING: dict[tuple[int, int], Any] = {}
+
+
+def tokenizer_truncating(tokenizer: Any, max_length: int) -> Any:
+    """A copy of `tokenizer` that truncates to `max_length` (special tokens kept), made once."""
+    key = (id(tokenizer), max_length)
+    if key not in _TRUNCATING:
+        copy = type(tokenizer).from_str(tokenizer.to_str())
+        copy.enable_truncation(max_length)
+        _TRUNCATING[key] = copy
+    return _TRUNCATING[key]
+
+
+def load_tokenizer(path: str) -> Any:
+    """A tokenizers.Tokenizer from tokenizer.json with truncation and padding off (the rules above decide)."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(path)
+    tok.no_truncation()
+    tok.no_padding()
+    return tok
