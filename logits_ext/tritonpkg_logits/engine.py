@@ -19,6 +19,7 @@ class Engine:
         self.vocab_size = vocab_size
         self.eos_ids = sorted(set(eos_ids))
         self._core = _core.Engine(vocab_size, self.eos_ids, list(token_bytes), num_threads)
+        self._stage = None  # device bitmask buffers, made on the first non-CPU-float32 apply
 
     def compile(self, spec: Any) -> int:
         """Handle of the compiled constraint; compiled once per distinct (canonical) spec."""
@@ -90,33 +91,26 @@ class Engine:
         return out
 
     def apply_any(self, logits, slots: Sequence[int] | None = None) -> int:
-        """In place for CPU float32; otherwise (GPU, other dtypes) one vectorised bitmask op."""
+        """In place for CPU float32; otherwise (GPU, other dtypes) a CPU-built bitmask applied by one
+        device kernel (tritonpkg_logits.device). Returns rows left on a placeholder, like apply()."""
         import torch
 
         if logits.device.type == "cpu" and logits.dtype == torch.float32 and logits.stride(1) == 1:
             return self.apply(logits, slots)
-        mask = self.bitmask(logits.shape[0], slots)
-        apply_bitmask(logits, mask, self.vocab_size)
-        return 0
+        from tritonpkg_logits.device import MaskStage, apply_bitmask
+
+        if self._stage is None:
+            self._stage = MaskStage((self.vocab_size + 31) // 32)
+        n_rows = logits.shape[0]
+        host = self._stage.host_rows(n_rows)
+        stale = self._core.fill_bitmask(host.data_ptr(), n_rows, host.shape[1], list(slots or ()))
+        packed = self._stage.upload(host, logits.device) if logits.is_cuda else host
+        apply_bitmask(logits, packed, self.vocab_size)
+        return stale
 
 
 def apply_bitmask(logits, packed, vocab_size: int) -> None:
-    """Set logits whose bit is clear to -inf, in place. On CUDA xgrammar's kernel does it in one
-    launch; elsewhere a torch unpack + masked_fill (correct anywhere, tested on the CPU only)."""
-    import torch
+    """Set logits whose bit is clear to -inf, in place (see tritonpkg_logits.device)."""
+    from tritonpkg_logits.device import apply_bitmask as _apply
 
-    if packed.device != logits.device:
-        packed = packed.pin_memory().to(logits.device, non_blocking=True) if logits.is_cuda else packed.to(logits.device)
-    if logits.is_cuda:
-        try:
-            import xgrammar
-
-            xgrammar.apply_token_bitmask_inplace(logits, packed, vocab_size=vocab_size)
-            return
-        except ImportError:
-            pass
-    idx = torch.arange(vocab_size, device=logits.device)
-    bits = (packed[:, idx >> 5] >> (idx & 31)) & 1
-    logits[:, :vocab_size].masked_fill_(bits == 0, float("-inf"))
-    if logits.shape[1] > vocab_size:
-        logits[:, vocab_size:] = float("-inf")
+    _apply(logits, packed, vocab_size)
