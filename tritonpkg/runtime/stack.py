@@ -265,6 +265,6 @@ class ServingStack:
             "execution_mode": self.plan.execution_mode if self.plan else None,
             "pid": srv.pid, "repository": str(self.repository),
             "startup_seconds": round(self.startup_seconds or 0.0, 3),
-            "steps": {k: round(v, 3) for k, v in self.timings.items()},
+            "steps": [{"step": k, "seconds": round(v, 3)} for k, v in self.timings.items()],
             "models": [{"name": m["name"], "version": m.get("version"), "state": m["state"]} for m in models],
         }
