@@ -1,4 +1,4 @@
-"""`tritonpkg serve ARCHIVE` end to end, one real stack for the module: a package archive holding the tiny
+"""`tritonpkg serve ARCHIVE --openai` end to end, one real stack for the module: a package archive holding the tiny
 LLM (real vLLM, metrics on) and a Python model whose load sleeps, served by the CLI in a subprocess.
 
 While it starts, pollers hammer the public HTTP, gRPC and metrics ports: each attempt must be refused
@@ -130,21 +130,27 @@ def metrics_ok(port: int) -> bool:
         return resp.status == 200 and b"nv_inference_request_success" in resp.read()
 
 
+def openai_ready(port: int) -> bool:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health/ready", timeout=5) as resp:
+        return resp.status == 200
+
+
 @pytest.fixture(scope="module")
 def stack(archive, tmp_path_factory):
     """The CLI serving the archive, with the pollers' record of its start-up."""
-    http, grpc, metrics = free_ports(3)
+    http, grpc, metrics, openai = free_ports(4)
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "NO_COLOR": "1", "COLUMNS": "200"}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     pollers = [Poller("http", http, lambda: http_ready(http)), Poller("grpc", grpc, lambda: grpc_ready(grpc)),
-               Poller("metrics", metrics, lambda: metrics_ok(metrics))]
+               Poller("metrics", metrics, lambda: metrics_ok(metrics)),
+               Poller("openai", openai, lambda: openai_ready(openai))]
     threads = [threading.Thread(target=p.run, daemon=True) for p in pollers]
     for t in threads:
         t.start()
     started = time.monotonic()
     proc = subprocess.Popen(
         tritonpkg("serve", str(archive), "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port",
-                  str(metrics), "--timeout", "300", "--state-dir", str(tmp_path_factory.mktemp("state")), "--json"),
+                  str(metrics), "--openai", "--openai-port", str(openai), "--timeout", "300", "--state-dir", str(tmp_path_factory.mktemp("state")), "--json"),
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         try:
@@ -162,7 +168,7 @@ def stack(archive, tmp_path_factory):
               + ", ".join(f"{p.name}: {p.outcomes.count('refused')} refused / {p.outcomes.count('ok')} ok"
                           for p in pollers))
         yield {"proc": proc, "info": info, "pollers": {p.name: p for p in pollers},
-               "ports": {"http": http, "grpc": grpc, "metrics": metrics}}
+               "ports": {"http": http, "grpc": grpc, "metrics": metrics, "openai": openai}}
     finally:
         for p in pollers:
             p.stop.set()
@@ -184,8 +190,11 @@ def test_public_ports_are_refused_until_every_model_is_ready(stack) -> None:
         assert "refused" not in poller.outcomes[first_ok:], f"{name}: closed again after opening"
     info = stack["info"]
     assert {m["name"] for m in info["models"]} == {"tiny_llm", "slow_loader"}
-    assert [s["step"] for s in info["steps"]] == ["unpack", "verify", "weights", "metrics_dir", "triton", "metrics"]
+    assert [s["step"] for s in info["steps"]] == ["unpack", "verify", "weights", "metrics_dir", "triton", "metrics",
+                                                  "frontend"]
     assert info["metrics_url"] == f"http://127.0.0.1:{stack['ports']['metrics']}/metrics"
+    assert info["execution_mode"] == "embedded"
+    assert info["openai_url"] == f"http://127.0.0.1:{stack['ports']['openai']}/v1"
     internal = urllib.parse.urlsplit(info["triton_metrics_url"])
     assert internal.hostname == "127.0.0.1" and internal.port != stack["ports"]["metrics"]
 
@@ -254,6 +263,15 @@ def test_prometheus_scrapes_vllm_and_triton_series_from_one_endpoint(stack, prom
     assert set(found) == set(wanted), f"missing {set(wanted) - set(found)}; prometheus log:\n{log.read_text()[-2000:]}"
     assert float(found["triton"][0]["value"][1]) >= 3
     assert float(found["vllm"][0]["value"][1]) >= 3  # at least one prompt token per request
+
+
+def test_the_embedded_openai_api_answers_through_triton(stack) -> None:
+    from openai import OpenAI
+
+    client = OpenAI(base_url=stack["info"]["openai_url"], api_key="unused", timeout=120)
+    assert "tiny_llm" in {m.id for m in client.models.list()}
+    completion = client.completions.create(model="tiny_llm", prompt="hello", max_tokens=5, temperature=0)
+    assert completion.choices[0].text and completion.usage.completion_tokens >= 1
 
 
 def test_merged_text_has_every_family_once(stack) -> None:

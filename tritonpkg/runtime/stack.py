@@ -46,7 +46,6 @@ class ServingStack:
         self.server: Any = None  # TritonServer
         self.metrics: Any = None  # MergedMetricsServer
         self.frontend: Any = None
-        self.openai_port: int | None = None
         self.multiproc_dir: Path | None = None
         self.timings: dict[str, float] = {}
         self.startup_seconds: float | None = None
@@ -79,7 +78,7 @@ class ServingStack:
         """Close the public endpoints first, then Triton, then remove what start() unpacked."""
         code = None
         if self.frontend is not None:
-            self.frontend.__exit__(None, None, None)
+            self.frontend.stop()
             self.frontend = None
         if self.metrics is not None:
             self.metrics.stop()
@@ -236,23 +235,16 @@ class ServingStack:
         except ImportError as exc:
             raise RuntimeSetupError(f"the OpenAI frontend is not available in this tritonpkg ({exc})",
                                     field="openai", expected="--no-openai, or a tritonpkg with tritonpkg.frontend")
-        from tritonpkg.runtime.ports import free_port
-
-        self.openai_port = self.options.openai_port or free_port(self.options.host or "127.0.0.1")
         settings = FrontendSettings(triton_grpc_url=self.server.grpc_url, host=self.options.host,
-                                    port=self.openai_port)
-        frontend = FrontendServer(settings)
-        frontend.__enter__()
-        self.frontend = frontend
+                                    port=self.options.openai_port, model_repository=self.repository)
+        self.frontend = FrontendServer(settings).start()
         return self.openai_url or ""
 
     # -- what is served --------------------------------------------------------------------------
     @property
     def openai_url(self) -> str | None:
-        if self.frontend is None:
-            return None
-        host = "127.0.0.1" if self.options.host in ("0.0.0.0", "") else self.options.host
-        return f"http://{host}:{self.openai_port}/v1"
+        """The OpenAI clients' base_url."""
+        return f"{self.frontend.url}/v1" if self.frontend is not None else None
 
     def endpoints(self) -> dict[str, Any]:
         srv = self.server
