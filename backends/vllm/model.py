@@ -41,6 +41,7 @@ import triton_python_backend_utils as pb_utils
 
 # Sibling modules (this folder is linked into the backend directory as a whole).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cancellation import CancelWatch  # noqa: E402
 from request_params import ParamError, candidate_logprob, logprobs_json, normalize_sampling  # noqa: E402
 
 ENGINE_ARGS_FILE = "model.json"
@@ -57,7 +58,7 @@ for pid in pids:
 """
 ENGINE_START_TIMEOUT_S = float(os.environ.get("TRITONPKG_VLLM_START_TIMEOUT", "900"))
 SHUTDOWN_TIMEOUT_S = 30.0
-CANCEL_POLL_S = 0.2
+CANCEL_POLL_S = float(os.environ.get("TRITONPKG_VLLM_CANCEL_POLL", "1.0"))
 
 
 def _send(sender, response, flags):
@@ -67,25 +68,6 @@ def _send(sender, response, flags):
         sender.send(response, flags=flags)
 
 
-class _SenderGuard:
-    """Orders the cancellation poll against the final response. Triton 2.51 frees a request's response
-    factory once the final flag is sent; an `is_cancelled()` still running then in a poller thread
-    reads freed memory and the server dies (seen: SIGSEGV in TRITONBACKEND_ResponseFactoryIsCancelled
-    under 16 concurrent HTTP streams)."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._final_sent = False
-
-    def is_cancelled(self, sender):
-        """True/False, or None once the final response has gone out."""
-        with self._lock:
-            return None if self._final_sent else sender.is_cancelled()
-
-    def send_final(self, sender, response, flags):
-        with self._lock:
-            self._final_sent = True
-            _send(sender, response, flags)
 HEALTH_POLL_S = float(os.environ.get("TRITONPKG_VLLM_HEALTH_POLL", "1.0"))
 RETURN_FLAGS = (
     "return_finish_reason",
@@ -195,13 +177,14 @@ class TritonPythonModel:
         self._dead: str | None = None  # why the engine is unusable, once it is
 
         self._responses: queue.Queue = queue.Queue()
-        self._guards: dict[int, _SenderGuard] = {}
+        self._tickets: dict[int, Any] = {}  # id(sender) -> its CancelWatch ticket, until the final response
         self._response_thread = threading.Thread(target=self._send_loop, name="vllm-responses", daemon=True)
         self._response_thread.start()
 
         self._loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(target=self._loop.run_forever, name="vllm-engine-loop", daemon=True)
         self._loop_thread.start()
+        self._cancel_watch = CancelWatch(CANCEL_POLL_S, self._abort_cancelled, self.logger.log_warn)
         started = time.monotonic()
         try:
             future = asyncio.run_coroutine_threadsafe(self._start_engine(AsyncEngineArgs(**engine_args)), self._loop)
@@ -370,17 +353,16 @@ class TritonPythonModel:
         """Shared request life cycle: register, watch for cancellation, map failures to one error
         response, always end the response stream exactly once."""
         self._requests[request_id] = sender
-        guard = self._guards[id(sender)] = _SenderGuard()
-        watcher = asyncio.create_task(self._watch_cancellation(sender, request_id, guard))
+        ticket = self._tickets[id(sender)] = self._cancel_watch.register(request_id, sender)
         final_sent = False
         try:
-            final_sent = await body(watcher)
+            final_sent = await body(ticket)
         except asyncio.CancelledError:
             await _quietly(self.engine.abort(request_id))
             raise
         except Exception as exc:
             await _quietly(self.engine.abort(request_id))
-            if not watcher.done():
+            if not ticket.done():
                 if isinstance(exc, self._EngineDeadError) or self._dead is not None:
                     self._mark_dead(f"the vLLM engine died ({type(exc).__name__}: {exc})")
                     self._send_error(sender, self._dead)
@@ -391,19 +373,19 @@ class TritonPythonModel:
                     self._send_error(sender, f"vLLM failed the request: {type(exc).__name__}: {exc}")
                 final_sent = True
         finally:
-            watcher.cancel()
+            self._cancel_watch.release(request_id)
             self._requests.pop(request_id, None)
             if not final_sent:
-                self._send_final(sender, cancelled=watcher.done() and not watcher.cancelled())
+                self._send_final(sender, cancelled=ticket.done())
 
     async def _generate(self, sender, prompt: str, sampling, stream: bool, prepend: bool, returns: dict):
         request_id = uuid.uuid4().hex
 
-        async def body(watcher) -> bool:
+        async def body(ticket) -> bool:
             prefix = prompt if prepend else ""
             engine_input = await self._render(prompt)
             async for output in self.engine.generate(engine_input, sampling, request_id):
-                if watcher.done():
+                if ticket.done():
                     return False
                 flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if output.finished else 0
                 if stream or output.finished:
@@ -449,7 +431,7 @@ class TritonPythonModel:
         request_id = uuid.uuid4().hex
         sub_ids = [f"{request_id}-{i}" for i in range(len(candidates))]
 
-        async def body(watcher) -> bool:
+        async def body(ticket) -> bool:
             tokenizer = self.engine.get_tokenizer()
             prompt_ids = list(tokenizer.encode(prompt))
             sampling = self._sampling_params({**params, "max_tokens": 1, "prompt_logprobs": 0})
@@ -475,7 +457,7 @@ class TritonPythonModel:
                     t.cancel()
                 await _quietly(self.engine.abort(sub_ids))
                 raise
-            if watcher.done():
+            if ticket.done():
                 return False
             response = pb_utils.InferenceResponse(output_tensors=[
                 pb_utils.Tensor("candidate_logprobs", np.asarray(scores, dtype=np.float32)),
@@ -490,11 +472,11 @@ class TritonPythonModel:
         """Pooling runner: one `embedding` (FP32, the model's pooled and, per its config, normalised vector)."""
         request_id = uuid.uuid4().hex
 
-        async def body(watcher) -> bool:
+        async def body(ticket) -> bool:
             final = None
             async for output in self.engine.encode(await self._render(prompt), pooling, request_id):
                 final = output
-            if watcher.done() or final is None:
+            if ticket.done() or final is None:
                 return False
             vector = final.outputs.data.detach().float().cpu().numpy().reshape(-1)
             response = pb_utils.InferenceResponse(output_tensors=[
@@ -559,18 +541,12 @@ class TritonPythonModel:
                 "itself only under --model-control-mode=explicit)"
             )
 
-    async def _watch_cancellation(self, sender, request_id: str, guard: _SenderGuard):
-        """Abort the vLLM request once Triton reports the client gone (polled: the stub has no callback)."""
-        loop = asyncio.get_running_loop()
-        while True:
-            cancelled = await loop.run_in_executor(None, guard.is_cancelled, sender)
-            if cancelled is None:
-                return  # the final response went out: the sender must not be touched again
-            if cancelled:
-                break
-            await asyncio.sleep(CANCEL_POLL_S)
+    def _abort_cancelled(self, request_id: str):
+        """Called from the cancel-watch thread: the body stops at its next output (ticket.done())."""
         self.logger.log_info(f"[vllm] request {request_id} cancelled by the client; aborting it in vLLM")
-        await self.engine.abort(request_id)
+        loop = self._loop
+        if loop is not None and self.engine is not None:
+            asyncio.run_coroutine_threadsafe(_quietly(self.engine.abort(request_id)), loop)
 
     def _send_final(self, sender, cancelled: bool):
         response = None
@@ -591,12 +567,12 @@ class TritonPythonModel:
             if item is None:
                 return
             sender, response, flags = item
-            guard = self._guards.pop(id(sender), None) if flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL else None
+            ticket = self._tickets.pop(id(sender), None) if flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL else None
             try:
-                if guard is None:
+                if ticket is None:
                     _send(sender, response, flags)
                 else:
-                    guard.send_final(sender, response, flags)
+                    ticket.send_final(lambda: _send(sender, response, flags))
             except Exception:
                 self.logger.log_error(f"[vllm] could not send a response: {traceback.format_exc()}")
 
@@ -620,6 +596,8 @@ class TritonPythonModel:
             # shut it down a second time with its modules already torn down (a TypeError in the log).
             engine.shutdown = lambda *args, **kwargs: None
         self.engine = engine = None
+        if getattr(self, "_cancel_watch", None) is not None:
+            self._cancel_watch.close()
         self._stop_loop()
         watchdog = getattr(self, "_watchdog", None)
         if watchdog is not None:

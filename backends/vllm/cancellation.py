@@ -1,0 +1,99 @@
+"""Notice cancelled requests without slowing the ones that are not.
+
+Triton 2.51's Python backend has no cancellation callback: a model must poll
+`response_sender.is_cancelled()`, a round trip to the server process. One poll task per request
+every 0.2 s (the first design) cost 40% of the tokens/s at 16 concurrent streams on 2 cores, so
+one thread now polls every in-flight request once per interval.
+
+The poll must never overlap the request's final response: Triton frees the response factory once
+the final flag is sent, and an `is_cancelled()` running then reads freed memory (seen: SIGSEGV in
+TRITONBACKEND_ResponseFactoryIsCancelled under 16 concurrent HTTP streams). Each ticket's lock
+orders the two, and a ticket whose final response went out is never polled again.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Hashable
+
+
+class Ticket:
+    """One in-flight request. `done()` is True once the client is known to have gone away."""
+
+    __slots__ = ("key", "sender", "_lock", "_final_sent", "_cancelled")
+
+    def __init__(self, key: Hashable, sender: Any) -> None:
+        self.key = key
+        self.sender = sender
+        self._lock = threading.Lock()
+        self._final_sent = False
+        self._cancelled = False
+
+    def done(self) -> bool:
+        return self._cancelled
+
+    def poll(self) -> bool:
+        """Ask Triton once; True when the request was cancelled (and not finished) just now."""
+        with self._lock:
+            if self._final_sent or self._cancelled:
+                return False
+            self._cancelled = bool(self.sender.is_cancelled())
+            return self._cancelled
+
+    def send_final(self, send: Callable[[], None]) -> None:
+        with self._lock:
+            self._final_sent = True
+            send()
+
+
+class CancelWatch:
+    """Polls the registered tickets every `interval` seconds from one daemon thread and calls
+    `on_cancel(key)` for each request whose client went away."""
+
+    def __init__(self, interval: float, on_cancel: Callable[[Hashable], None],
+                 on_error: Callable[[str], None] = lambda message: None) -> None:
+        self.interval = interval
+        self._on_cancel = on_cancel
+        self._on_error = on_error
+        self._tickets: dict[Hashable, Ticket] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="vllm-cancel-watch", daemon=True)
+        self._thread.start()
+
+    def register(self, key: Hashable, sender: Any) -> Ticket:
+        ticket = Ticket(key, sender)
+        with self._lock:
+            self._tickets[key] = ticket
+        return ticket
+
+    def release(self, key: Hashable) -> None:
+        with self._lock:
+            self._tickets.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._tickets)
+
+    def sweep(self) -> list[Hashable]:
+        """Poll every ticket once; returns (and reports) the keys found cancelled."""
+        with self._lock:
+            tickets = list(self._tickets.values())
+        cancelled = []
+        for ticket in tickets:
+            try:
+                if ticket.poll():
+                    cancelled.append(ticket.key)
+            except Exception as exc:  # a sender Triton already dropped: nothing left to poll
+                self._on_error(f"cancellation poll of {ticket.key}: {exc}")
+                self.release(ticket.key)
+        for key in cancelled:
+            self._on_cancel(key)
+        return cancelled
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=max(1.0, 2 * self.interval))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sweep()

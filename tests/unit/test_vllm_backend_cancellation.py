@@ -1,0 +1,123 @@
+"""backends/vllm/cancellation.py: one thread polls every in-flight request, and never polls a request
+whose final response went out (Triton 2.51 frees the response factory then)."""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+import time
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[2] / "backends" / "vllm" / "cancellation.py"
+_spec = importlib.util.spec_from_file_location("vllm_backend_cancellation", SRC)
+cancellation = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cancellation)
+
+
+class Sender:
+    """Stands in for Triton's response sender: counts polls, fails if polled after the final response."""
+
+    def __init__(self, cancelled: bool = False) -> None:
+        self.cancelled = cancelled
+        self.polls = 0
+        self.final = False
+
+    def is_cancelled(self) -> bool:
+        assert not self.final, "is_cancelled() after the final response: use after free in Triton 2.51"
+        self.polls += 1
+        return self.cancelled
+
+
+def test_sweep_reports_each_cancelled_request_once():
+    seen = []
+    watch = cancellation.CancelWatch(3600, seen.append)
+    try:
+        live, gone = Sender(), Sender(cancelled=True)
+        t_live, t_gone = watch.register("live", live), watch.register("gone", gone)
+        assert watch.sweep() == ["gone"]
+        assert watch.sweep() == []
+        assert seen == ["gone"] and t_gone.done() and not t_live.done()
+        assert live.polls == 2 and gone.polls == 1
+    finally:
+        watch.close()
+
+
+def test_released_and_finished_requests_are_not_polled():
+    watch = cancellation.CancelWatch(3600, lambda key: None)
+    try:
+        released, finished = Sender(), Sender()
+        watch.register("released", released)
+        ticket = watch.register("finished", finished)
+        watch.release("released")
+
+        def send():
+            finished.final = True
+
+        ticket.send_final(send)
+        watch.sweep()
+        assert released.polls == 0 and finished.polls == 0
+    finally:
+        watch.close()
+
+
+def test_a_poll_and_the_final_response_never_overlap():
+    """The poller thread races the sending thread; the ticket lock must order them."""
+
+    class SlowSender(Sender):
+        def is_cancelled(self) -> bool:
+            result = super().is_cancelled()
+            time.sleep(0.002)
+            assert not self.final
+            return result
+
+    poll_errors: list[str] = []
+    watch = cancellation.CancelWatch(0.0005, lambda key: None, poll_errors.append)
+    try:
+        senders = [SlowSender() for _ in range(50)]
+        tickets = [watch.register(i, s) for i, s in enumerate(senders)]
+        deadline = time.monotonic() + 5
+        while min(s.polls for s in senders) < 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        errors = []
+
+        def finish(ticket, sender):
+            try:
+                ticket.send_final(lambda: setattr(sender, "final", True))
+            except Exception as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=finish, args=pair) for pair in zip(tickets, senders)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        time.sleep(0.01)
+        assert not errors and not poll_errors
+        assert all(s.final for s in senders)
+    finally:
+        watch.close()
+
+
+def test_a_sender_that_fails_is_dropped_and_reported():
+    class Broken(Sender):
+        def is_cancelled(self) -> bool:
+            raise RuntimeError("response factory gone")
+
+    errors = []
+    watch = cancellation.CancelWatch(3600, lambda key: None, errors.append)
+    try:
+        watch.register("broken", Broken())
+        assert watch.sweep() == [] and len(watch) == 0
+        assert "broken" in errors[0] and "factory gone" in errors[0]
+    finally:
+        watch.close()
+
+
+def test_the_thread_polls_on_its_own():
+    seen = threading.Event()
+    watch = cancellation.CancelWatch(0.01, lambda key: seen.set())
+    try:
+        watch.register("x", Sender(cancelled=True))
+        assert seen.wait(2)
+    finally:
+        watch.close()
