@@ -171,3 +171,27 @@ def test_missing_weights_stop_start_up_before_triton(tmp_path: Path) -> None:
         ServingStack(StartupOptions(source=repo), on_event=events.append).start()
     assert [(e.step.kind, e.state) for e in events] == [("verify", "start"), ("verify", "warn"), ("weights", "start")]
     assert "no tritonpkg.lock.json" in events[1].detail
+
+
+def test_a_bundled_plugin_that_does_not_fit_stops_start_up_before_installing(write_spec, tmp_path: Path) -> None:
+    from tests.plugin_wheels import make_wheel
+    from tests.unit.test_package import HOOKS, custom_spec
+    from tritonpkg.plugins import PluginError
+    from tritonpkg.repository import package_spec
+    from tritonpkg.runtime.stack import ServingStack
+    from tritonpkg.spec import load_spec
+
+    make_wheel(tmp_path / "spec", requires=("tritonpkg-test-absent-dist>=1",),
+               entry_points={"vllm.logits_processors": {"demo": "demo_plugin:Processor"}})
+    spec = load_spec(write_spec(custom_spec(1, plugins=[{"name": "demo-plugin",
+                                                         "wheel": "demo_plugin-0.1.0-py3-none-any.whl"}]),
+                                extra_files={"hooks.py": HOOKS}))
+    archive = package_spec(spec, tmp_path / "repo", archive=tmp_path / "pkg.tar.gz").archive
+    events = []
+    with pytest.raises(PluginError, match="tritonpkg-test-absent-dist"):
+        ServingStack(StartupOptions(source=archive), on_event=events.append).start()
+    assert [e.step.kind for e in events if e.state == "start"] == ["unpack", "verify", "weights", "plugins"]
+    import importlib.metadata
+
+    with pytest.raises(importlib.metadata.PackageNotFoundError):
+        importlib.metadata.version("demo-plugin")

@@ -114,8 +114,9 @@ def _serve_local(options, as_json: bool) -> None:
         serving.set()
         _report(stack, as_json)
         while not stop.is_set():
-            if not stack.running:
-                _error(f"tritonserver exited unexpectedly; last log lines:\n{stack.server.log_tail(40)}")
+            problem = stack.problem()
+            if problem:
+                _error(problem)
                 raise typer.Exit(EXIT_PROBLEMS)
             stop.wait(0.5)
     finally:

@@ -4,6 +4,11 @@ cache, with a backend directory holding the Python backend and the toolkit's own
     rt = ensure_runtime()
     with TritonServer(repo, runtime=rt) as srv:
         ...  # srv.http_url, srv.grpc_url, srv.load_model(name)
+
+`tritonpkg serve` runs the whole start-up procedure (tritonpkg.runtime.startup) through ServingStack:
+
+    with ServingStack(StartupOptions(source="pkg.tar.gz", openai=True)) as stack:
+        stack.endpoints()  # http_url, grpc_url, metrics_url (merged), openai_url, models
 """
 
 from __future__ import annotations
@@ -16,12 +21,16 @@ from tritonpkg.runtime.layout import Runtime
 from tritonpkg.runtime.ports import free_port, free_ports
 from tritonpkg.runtime.server import ServerStartError, TritonServer
 from tritonpkg.runtime.source import RuntimeSource, locate_source
+from tritonpkg.runtime.stack import ServingStack
+from tritonpkg.runtime.startup import StartupOptions
 
 __all__ = [
     "Runtime",
     "RuntimeSource",
     "STUB_LOCALE_NOTE",
     "ServerStartError",
+    "ServingStack",
+    "StartupOptions",
     "TritonServer",
     "docker_command",
     "ensure_runtime",

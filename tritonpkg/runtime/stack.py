@@ -100,7 +100,16 @@ class ServingStack:
 
     @property
     def running(self) -> bool:
-        return self.server is not None and self.server.running
+        return self.problem() is None
+
+    def problem(self) -> str | None:
+        """Why the stack no longer serves (a child or thread that died), or None while all is well."""
+        if self.server is None or not self.server.running:
+            tail = self.server.log_tail(40) if self.server is not None else ""
+            return f"tritonserver exited unexpectedly; last log lines:\n{tail}"
+        if self.frontend is not None and not self.frontend.running:
+            return "the OpenAI frontend stopped unexpectedly (see its log above)"
+        return None
 
     # -- steps -----------------------------------------------------------------------------------
     def _run(self, step: Step) -> None:
@@ -202,6 +211,10 @@ class ServingStack:
         return str(self.multiproc_dir)
 
     def _step_triton(self) -> str:
+        """Triton binds the public HTTP/gRPC ports itself: in model-control mode "none", Triton 2.51 loads
+        every model inside server creation and only then starts its endpoints (measured here: a model
+        sleeping 8 s in initialize, ports refused until 9.5 s, then open; a model failing to load makes
+        the server exit without ever opening them), so no forwarder is needed for the readiness gate."""
         from tritonpkg.runtime.ensure import ensure_runtime
         from tritonpkg.runtime.ports import require_free
         from tritonpkg.runtime.server import TritonServer
