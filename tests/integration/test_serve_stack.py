@@ -314,3 +314,53 @@ def test_an_unsafe_archive_is_refused_by_the_cli(tmp_path: Path) -> None:
     assert out.returncode == 1
     assert "evil.tar.gz" in out.stderr and "contains '..'" in out.stderr
     assert list(state.iterdir()) == [] and not (tmp_path.parent / "escaped.txt").exists()
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def test_sigterm_during_start_up_aborts_it_and_leaves_nothing(tmp_path: Path) -> None:
+    from tritonpkg.repository import package_spec
+    from tritonpkg.spec import load_spec
+
+    spec_dir = tmp_path / "spec"
+    spec_dir.mkdir()
+    (spec_dir / "hooks.py").write_text(SLOW_HOOKS.replace("time.sleep(4)", "time.sleep(120)"))
+    (spec_dir / "tritonpkg.yaml").write_text(yaml.safe_dump({**SLOW_SPEC, "name": "never_ready"}))
+    archive = package_spec(load_spec(spec_dir), tmp_path / "repo", archive=tmp_path / "pkg.tar.gz").archive
+    state = tmp_path / "state"
+    http = free_ports(1)[0]
+    proc = subprocess.Popen(tritonpkg("serve", str(archive), "--state-dir", str(state), "--http-port", str(http),
+                                      "--grpc-port", "0", "--metrics-port", "0", "--timeout", "300"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "NO_COLOR": "1"})
+    try:
+        deadline = time.monotonic() + 60
+        server = []
+        while not server and time.monotonic() < deadline:  # wait until Triton is loading the model
+            server = [p for p in children_of(proc.pid) if "tritonserver" in Path(f"/proc/{p}/cmdline").read_text()]
+            time.sleep(0.2)
+        assert server, "tritonserver never started"
+        time.sleep(2)
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert code == 130, proc.stderr.read()
+    assert "interrupted during start-up" in proc.stderr.read()
+    assert group_pids(server[0]) == [] and group_pids(proc.pid) == []
+    assert [p.name for p in state.iterdir()] == ["prometheus-multiproc"]  # the unpacked package is gone
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", http), timeout=2).close()

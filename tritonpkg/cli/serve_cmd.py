@@ -12,6 +12,8 @@ import typer
 
 from tritonpkg.cli._common import EXIT_PROBLEMS, console, err_console, library_errors, print_json
 
+EXIT_INTERRUPTED = 130  # the shell's code for a command ended by a signal it did not finish
+
 
 class RuntimeKind(str, enum.Enum):
     local = "local"
@@ -109,6 +111,10 @@ def _serve_local(options, as_json: bool) -> None:
             _error(exc.message)
             err_console.print(f"full log: {exc.file}", highlight=False, markup=False)
             raise typer.Exit(EXIT_PROBLEMS) from None
+        except KeyboardInterrupt:
+            progress.close()
+            err_console.print("interrupted during start-up: what had started is stopped", highlight=False)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
         finally:
             progress.close()
         serving.set()
