@@ -165,3 +165,18 @@ def test_the_public_port_is_closed_after_stop(tmp_path: Path) -> None:
     server.stop()
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
+
+
+def test_one_multiprocess_directory_serves_one_stack_at_a_time(tmp_path: Path) -> None:
+    from tritonpkg.errors import RuntimeSetupError
+    from tritonpkg.metrics import claim_multiproc_dir
+
+    first = claim_multiproc_dir(tmp_path / "mp")
+    run_child(first.path, 2)
+    with pytest.raises(RuntimeSetupError, match="in use by another serving stack"):
+        claim_multiproc_dir(tmp_path / "mp")
+    assert "vllm:prompt_tokens_total" in multiproc_exposition(first.path)  # the refused claim cleared nothing
+    first.release()
+    second = claim_multiproc_dir(tmp_path / "mp")
+    assert "vllm:" not in multiproc_exposition(second.path)
+    second.release()

@@ -50,6 +50,7 @@ class ServingStack:
         self.timings: dict[str, float] = {}
         self.startup_seconds: float | None = None
         self._unpacked: Any = None  # UnpackedPackage
+        self._claim: Any = None  # MultiprocDirClaim
         self._state_dir: Path | None = None
         self._own_state = False
         self._scratch: list[Path] = []  # folders this run created inside a user-given state dir
@@ -85,6 +86,9 @@ class ServingStack:
             self.metrics = None
         if self.server is not None:
             code = self.server.stop()
+        if self._claim is not None:
+            self._claim.release()
+            self._claim = None
         if self._own_state and self._state_dir is not None:
             shutil.rmtree(self._state_dir, ignore_errors=True)
         for folder in self._scratch:
@@ -204,10 +208,11 @@ class ServingStack:
         return ", ".join(f"{p.name} {p.version} {p.action}" for p in installed) or "nothing to install"
 
     def _step_metrics_dir(self) -> str:
-        from tritonpkg.metrics import prepare_multiproc_dir
+        from tritonpkg.metrics import claim_multiproc_dir
 
         chosen = self.options.multiproc_dir or os.environ.get(MULTIPROC_ENV) or self._state() / "prometheus-multiproc"
-        self.multiproc_dir = prepare_multiproc_dir(chosen)
+        self._claim = claim_multiproc_dir(chosen)
+        self.multiproc_dir = self._claim.path
         return str(self.multiproc_dir)
 
     def _step_triton(self) -> str:
