@@ -227,7 +227,13 @@ class Fixed final : public Constraint {
   Mask mask_;
 };
 
-// Minimal persistent pool: run(n, f) calls f(0..n-1) across the workers and the caller.
+// Minimal persistent pool: run(n, f) calls f(0..n-1) across the caller and at most n-1 workers. The
+// caller starts at once and takes items dynamically; a worker joins only if it wakes while the job is
+// open, so the caller never waits for a sleeping thread to be scheduled (waking 15 threads one futex
+// at a time cost more than masking a batch), only for workers already inside an item.
+// `g_wait_all` restores the old behaviour (every worker joins each job) for A/B benchmarks.
+bool g_wait_all = false;
+
 class Pool {
  public:
   explicit Pool(unsigned n_threads) {
@@ -243,7 +249,8 @@ class Pool {
   }
   size_t size() const { return workers_.size() + 1; }
   void run(size_t n, const std::function<void(size_t)>& f) {
-    if (workers_.empty() || n < 2) {
+    const size_t helpers = std::min(workers_.size(), n > 0 ? n - 1 : 0);
+    if (helpers == 0) {
       for (size_t i = 0; i < n; ++i) f(i);
       return;
     }
@@ -252,13 +259,16 @@ class Pool {
       job_ = &f;
       n_ = n;
       next_.store(0);
-      active_ = workers_.size();
+      tickets_ = g_wait_all ? workers_.size() : helpers;
+      open_ = true;
       ++gen_;
     }
-    cv_.notify_all();
+    cv_.notify_all();  // one wake-up call; `tickets_` caps how many join
     work();
     std::unique_lock<std::mutex> lk(m_);
-    done_.wait(lk, [this] { return active_ == 0; });
+    if (g_wait_all) done_.wait(lk, [this] { return tickets_ == 0 && running_ == 0; });
+    open_ = false;  // workers waking from now on skip this job
+    done_.wait(lk, [this] { return running_ == 0; });
     job_ = nullptr;
   }
 
@@ -274,10 +284,13 @@ class Pool {
       cv_.wait(lk, [&] { return stop_ || gen_ != seen; });
       if (stop_) return;
       seen = gen_;
+      if (!open_ || tickets_ == 0) continue;
+      --tickets_;
+      ++running_;
       lk.unlock();
       work();
       lk.lock();
-      if (--active_ == 0) done_.notify_one();
+      if (--running_ == 0 || (g_wait_all && tickets_ == 0)) done_.notify_one();
     }
   }
   std::vector<std::thread> workers_;
@@ -286,7 +299,9 @@ class Pool {
   const std::function<void(size_t)>* job_ = nullptr;
   std::atomic<size_t> next_{0};
   size_t n_ = 0;
-  size_t active_ = 0;
+  size_t tickets_ = 0;  // workers that may still join the open job
+  size_t running_ = 0;  // workers inside work() for the current job
+  bool open_ = false;
   uint64_t gen_ = 0;
   bool stop_ = false;
 };
@@ -499,7 +514,11 @@ class Engine {
       }
     };
     py::gil_scoped_release nogil;
-    pool_.run(n_rows, body);
+    if (n_rows * words < kPoolMinElems) {  // a few hundred KB of words: one thread is quicker
+      for (size_t i = 0; i < n_rows; ++i) body(i);
+    } else {
+      pool_.run(n_rows, body);
+    }
     return stale;
   }
   // Reset a row's state and consume `toks` (replay after preemption when ids come from elsewhere).
@@ -614,5 +633,6 @@ PYBIND11_MODULE(_core, m) {
       .def("restart", &Engine::restart)
       .def("threads", &Engine::threads);
   m.def("_set_pool_min_elems", [](size_t n) { kPoolMinElems = n; }, "tuning knob for benchmarks and tests");
+  m.def("_set_pool_wait_all", [](bool on) { g_wait_all = on; }, "A/B knob: every worker joins each job (old pool)");
   // pybind11 maps std::invalid_argument to ValueError and std::out_of_range to IndexError.
 }
