@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import typer
 
-from tritonpkg.cli import (compat_cmd, demo_cmd, materialize_cmd, package_cmd, runtime_cmd, serve_cmd, spec_cmd,
-                           validate_cmd)
+from tritonpkg.cli import (bench_cmd, compat_cmd, demo_cmd, materialize_cmd, package_cmd, runtime_cmd, serve_cmd,
+                           spec_cmd, validate_cmd)
 from tritonpkg.cli import deploy_cmd
 
 app = typer.Typer(
@@ -29,6 +29,7 @@ app.command("diff")(deploy_cmd.diff)
 app.add_typer(compat_cmd.app, name="compat")
 app.add_typer(runtime_cmd.app, name="runtime")
 app.add_typer(materialize_cmd.app, name="materialize")
+app.add_typer(bench_cmd.app, name="bench")
 
 
 def main() -> None:

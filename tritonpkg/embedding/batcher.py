@@ -131,6 +131,8 @@ class TokenBudgetBatcher:
             batch.append(self._pool.popleft())
             tokens += n
             self._pending_tokens -= n
+        if batch:
+            self._cond.notify_all()  # wakes wait_below
         return batch
 
     def next_batch(self, timeout: float | None = None) -> list[Work]:
@@ -138,6 +140,12 @@ class TokenBudgetBatcher:
         with self._cond:
             self._cond.wait_for(lambda: self._pool or self._closed, timeout)
             return self._take_locked()
+
+    def wait_below(self, tokens: int, timeout: float | None = None) -> bool:
+        """Block while `tokens` or more are pending: a Triton instance that waits here before taking more
+        requests lets Triton hand them to an idler instance."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._pending_tokens < tokens or self._closed, timeout)
 
     def close(self) -> list[Work]:
         """Stop accepting work; returns what was still pending."""

@@ -69,6 +69,26 @@ class PackedBert(torch.nn.Module):
             raise FileNotFoundError(f"{folder} holds neither model.safetensors nor pytorch_model.bin")
         return cls(config, state)
 
+    @classmethod
+    def random(cls, config: Mapping, seed: int = 0) -> "PackedBert":
+        """A BERT of `config`'s shape with random weights (benchmarks and tests where weights can't travel)."""
+        g = torch.Generator().manual_seed(seed)
+        h, inter = int(config["hidden_size"]), int(config["intermediate_size"])
+        r = lambda *shape: torch.randn(*shape, generator=g) * 0.02  # noqa: E731
+        state = {"embeddings.word_embeddings.weight": r(int(config["vocab_size"]), h),
+                 "embeddings.position_embeddings.weight": r(int(config["max_position_embeddings"]), h),
+                 "embeddings.token_type_embeddings.weight": r(int(config.get("type_vocab_size", 2)), h),
+                 "embeddings.LayerNorm.weight": torch.ones(h), "embeddings.LayerNorm.bias": torch.zeros(h)}
+        shapes = {"attention.self.query": (h, h), "attention.self.key": (h, h), "attention.self.value": (h, h),
+                  "attention.output.dense": (h, h), "intermediate.dense": (inter, h), "output.dense": (h, inter)}
+        for i in range(int(config["num_hidden_layers"])):
+            pre = f"encoder.layer.{i}."
+            for name, shape in shapes.items():
+                state[pre + name + ".weight"], state[pre + name + ".bias"] = r(*shape), r(shape[0])
+            for ln in ("attention.output.LayerNorm", "output.LayerNorm"):
+                state[pre + ln + ".weight"], state[pre + ln + ".bias"] = torch.ones(h), torch.zeros(h)
+        return cls(config, state)
+
     def _embed(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         x = self.word[ids] + self.position[positions] + self.token_type[0]
         return F.layer_norm(x, (self.hidden,), self.emb_ln[0], self.emb_ln[1], self.eps)

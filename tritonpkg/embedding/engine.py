@@ -32,7 +32,15 @@ class EmbeddingEngine:
             self.graphs = GraphRunner(model.encode_static, BucketCache(max_tokens=graph_max_tokens))
         self.batches = 0
         self._thread = threading.Thread(target=self._loop, name="embedding-engine", daemon=True)
-        self._thread.start()
+        self._start_lock = threading.Lock()
+
+    def _ensure_started(self) -> None:
+        """The worker starts with the first request, not in the constructor: a Python thread running while
+        Triton's stub answers initialize() was seen to leave the model loading forever."""
+        if not self._thread.is_alive() and self._thread.ident is None:
+            with self._start_lock:
+                if self._thread.ident is None:
+                    self._thread.start()
 
     @property
     def token_budget(self) -> int:
@@ -47,6 +55,7 @@ class EmbeddingEngine:
                 raise EmbeddingInputError(
                     f"input {i} has {len(s)} tokens, more than the model's {self.model.max_positions} positions",
                     field=f"input[{i}]", expected=f"at most {self.model.max_positions} tokens")
+        self._ensure_started()
         return self.batcher.submit(Ticket(sequences, options, on_done))
 
     def embed(self, sequences: Sequence[Sequence[int]], timeout: float | None = None) -> np.ndarray:
@@ -56,7 +65,8 @@ class EmbeddingEngine:
     def close(self) -> None:
         for work in self.batcher.close():
             work.ticket.fail(RuntimeError("the engine was stopped before this request ran"))
-        self._thread.join(timeout=10)
+        if self._thread.ident is not None:
+            self._thread.join(timeout=10)
 
     def _launch(self, batch: list[Work]) -> ResultHandle:
         seqs = [w.ids for w in batch]

@@ -45,6 +45,7 @@ class _EngineModel:
         self.max_length = min(int(settings.get("max_length") or self.model.max_positions), self.model.max_positions)
         self.engine = EmbeddingEngine(self.model, int(settings["token_budget"]),
                                       cuda_graphs=bool(settings.get("cuda_graphs", True)))
+        self.max_pending = int(settings.get("max_pending_tokens") or 2 * self.engine.token_budget)
 
     def option(self, request: Any, name: str, default: Any) -> Any:
         tensor = self.pb.get_input_tensor_by_name(request, name)
@@ -60,6 +61,7 @@ class _EngineModel:
                 self.submit(request, sender)
             except Exception as exc:  # a bad request gets its own error; the others go on
                 self.send_error(sender, exc)
+        self.engine.batcher.wait_below(self.max_pending, timeout=30)
         return None
 
     def submit(self, request: Any, sender: Any) -> None:

