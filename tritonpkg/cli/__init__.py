@@ -8,6 +8,7 @@ import typer
 from tritonpkg.cli import (bench_cmd, compat_cmd, demo_cmd, materialize_cmd, package_cmd, runtime_cmd, serve_cmd,
                            spec_cmd, validate_cmd)
 from tritonpkg.cli import deploy_cmd
+from tritonpkg.cli import frontend_cmd
 
 app = typer.Typer(
     name="tritonpkg",
@@ -21,6 +22,7 @@ app.command("schema")(spec_cmd.schema)
 app.command("package")(package_cmd.package)
 app.command("validate")(validate_cmd.validate)
 app.command("serve")(serve_cmd.serve)
+app.command("frontend")(frontend_cmd.frontend)
 app.command("demo")(demo_cmd.demo)
 app.command("deploy")(deploy_cmd.deploy)
 app.command("status")(deploy_cmd.status)

@@ -63,7 +63,9 @@ def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
 
 
 def create_app(settings: FrontendSettings) -> FastAPI:
-    """The app; at start-up (lifespan) it connects to Triton and discovers the models it serves."""
+    """The app; at start-up (lifespan) it connects to Triton and discovers the models it serves. A Triton
+    that is not reachable yet does not stop it (separate mode: Triton restarts on its own); requests get
+    503 until Triton answers."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -71,9 +73,8 @@ def create_app(settings: FrontendSettings) -> FastAPI:
         catalog = Catalog(backend, settings.model_repository)
         try:
             await catalog.refresh()
-        except APIError as exc:
-            await backend.close()
-            raise RuntimeError(f"the OpenAI frontend could not list Triton's models: {exc.message}") from None
+        except APIError as exc:  # Triton may come (back) later: requests rediscover, 503 until then
+            log.warning("no models discovered yet: %s", exc.message)
         app.state.backend, app.state.catalog = backend, catalog
         try:
             yield

@@ -37,6 +37,9 @@ def unknown_model(name: str, served: list[str]) -> APIError:
                     type=NOT_FOUND, code="model_not_found")
 
 
+UNION_TAGS = {"str", "int", "float", "bool", "none", "dict", "list"}
+
+
 def field_path(loc: tuple[Any, ...]) -> str:
     """pydantic's ('body', 'messages', 0, 'content') -> 'messages[0].content' (union branch tags dropped)."""
     out = ""
@@ -45,8 +48,8 @@ def field_path(loc: tuple[Any, ...]) -> str:
             continue
         if isinstance(part, int):
             out += f"[{part}]"
-        elif isinstance(part, str) and ("[" in part or part.startswith(("function-", "literal["))):
-            continue  # a union branch name such as 'list[TextPart]' or 'function-after[...]'
+        elif isinstance(part, str) and (part in UNION_TAGS or "[" in part or part[:1].isupper() or "-" in part):
+            continue  # a union branch's tag ('str', 'list[TextPart]', 'NamedToolChoice'), not a field
         else:
             out += f".{part}" if out else str(part)
     return out

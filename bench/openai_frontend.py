@@ -1,0 +1,199 @@
+"""Latency the OpenAI frontend adds over calling Triton's gRPC directly (tiny LLM, non-streaming).
+
+One Triton (tiny_llm) and one `tritonpkg frontend` process in front of it. The same prompt with the
+same greedy sampling parameters goes (a) straight to Triton over gRPC (tritonclient.grpc.aio
+stream_infer, one stream per request: the model is decoupled) and (b) to the frontend's
+/v1/completions over HTTP (httpx, keep-alive), at 1 and 8 concurrent requests. The two paths run in
+alternating rounds so that drift on this shared machine hits both alike; latency is per request.
+
+    .venv/bin/python bench/openai_frontend.py [--requests 200] [--rounds 4] [--max-tokens 4]
+        [--triton-grpc HOST:PORT --repo REPO]   # use a Triton already serving tiny_llm
+
+Prints a rich table with the added milliseconds at p50 and p99; goal: <= 2 ms added at p50.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+TINY = ROOT / "examples" / "tiny-llm"
+MODEL = "tiny_llm"
+PROMPT = "the model serves tokens quickly over grpc"
+LEVELS = (1, 8)
+GOAL_MS = 2.0
+
+
+def build_repo(root: Path) -> Path:
+    from tritonpkg.repository import package_spec
+    from tritonpkg.spec import load_spec
+
+    weights = root / "weights"
+    subprocess.run([sys.executable, str(TINY / "make_tiny_llm.py"), "--out", str(weights)], check=True)
+    spec = yaml.safe_load((TINY / "tritonpkg.yaml").read_text())
+    spec["weights"] = str(weights)
+    spec["engine_args"].update(max_num_seqs=8, max_num_batched_tokens=512)
+    (root / "spec").mkdir()
+    (root / "spec" / "tritonpkg.yaml").write_text(yaml.safe_dump(spec))
+    repo = root / "repository"
+    package_spec(load_spec(root / "spec"), repo)
+    return repo
+
+
+@contextlib.contextmanager
+def frontend_process(grpc_url: str, repo: Path):
+    """`tritonpkg frontend` in its own process (its own GIL, as deployed), on a free port."""
+    from tritonpkg.runtime import free_port
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "tritonpkg", "frontend", "--triton-grpc", grpc_url,
+                             "--port", str(port), "--model-repository", str(repo), "--json"],
+                            stdout=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(url + "/health/ready", timeout=5) as resp:
+                    if resp.status == 200:
+                        break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"the frontend did not start (exit code {proc.poll()})")
+            time.sleep(0.2)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def grpc_caller(client, max_tokens: int):
+    from tritonpkg.frontend.triton import _tensor
+
+    params = json.dumps({"max_tokens": max_tokens, "temperature": 0, "ignore_eos": True})
+
+    async def call() -> None:
+        tensors = [_tensor("text_input", PROMPT), _tensor("stream", False), _tensor("sampling_parameters", params),
+                   _tensor("exclude_input_in_output", True), _tensor("return_finish_reason", True),
+                   _tensor("return_num_input_tokens", True), _tensor("return_num_output_tokens", True)]
+
+        async def one():
+            yield {"model_name": MODEL, "inputs": tensors}
+
+        async for result, error in client.stream_infer(one()):
+            if error is not None:
+                raise RuntimeError(error)
+            result.as_numpy("text_output")
+
+    return call
+
+
+def http_caller(session, url: str, max_tokens: int):
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
+
+    async def call() -> None:
+        resp = await session.post(f"{url}/v1/completions", json=body)
+        resp.raise_for_status()
+        assert resp.json()["usage"]["completion_tokens"] == max_tokens
+
+    return call
+
+
+async def run_level(call, concurrency: int, requests: int) -> list[float]:
+    latencies: list[float] = []
+    queue = iter(range(requests))
+
+    async def worker() -> None:
+        for _ in queue:
+            start = time.perf_counter()
+            await call()
+            latencies.append(time.perf_counter() - start)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return latencies
+
+
+async def measure(grpc_url: str, frontend_url: str, args) -> dict[tuple[int, str], list[float]]:
+    import httpx
+    import tritonclient.grpc.aio as grpcaio
+
+    client = grpcaio.InferenceServerClient(grpc_url)
+    limits = httpx.Limits(max_connections=max(LEVELS), max_keepalive_connections=max(LEVELS))
+    async with httpx.AsyncClient(limits=limits, timeout=120) as session:
+        paths = {"Triton gRPC": grpc_caller(client, args.max_tokens),
+                 "OpenAI frontend": http_caller(session, frontend_url, args.max_tokens)}
+        for call in paths.values():  # warm-up: connections, first-request paths in vLLM
+            await run_level(call, max(LEVELS), max(LEVELS) * 2)
+        samples: dict[tuple[int, str], list[float]] = {}
+        per_round = max(1, args.requests // args.rounds)
+        for _ in range(args.rounds):
+            for level in LEVELS:
+                for name, call in paths.items():
+                    samples.setdefault((level, name), []).extend(await run_level(call, level, per_round))
+    await client.close()
+    return samples
+
+
+def report(samples: dict[tuple[int, str], list[float]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("concurrency", "path", "requests", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms",
+                  title=f"OpenAI frontend vs Triton gRPC, tiny_llm non-streaming (goal: added p50 <= {GOAL_MS:g} ms)",
+                  header_style="bold")
+    for level in LEVELS:
+        base = np.asarray(samples[(level, "Triton gRPC")]) * 1000
+        front = np.asarray(samples[(level, "OpenAI frontend")]) * 1000
+        b50, b99, f50, f99 = (float(np.percentile(a, q)) for a in (base, front) for q in (50, 99))
+        table.add_row(str(level), "Triton gRPC (baseline)", str(base.size), f"{b50:.2f}", f"{b99:.2f}", "", "")
+        mark = "green" if f50 - b50 <= GOAL_MS else "red"
+        table.add_row("", "OpenAI frontend", str(front.size), f"{f50:.2f}", f"{f99:.2f}",
+                      f"[{mark}]{f50 - b50:+.2f}[/]", f"{f99 - b99:+.2f}")
+    Console().print(table)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=200, help="requests per path and concurrency level")
+    parser.add_argument("--rounds", type=int, default=4, help="alternating rounds the requests are split into")
+    parser.add_argument("--max-tokens", type=int, default=4)
+    parser.add_argument("--triton-grpc", help="a running Triton serving tiny_llm (else one is started)")
+    parser.add_argument("--repo", type=Path, help="that Triton's model repository (with --triton-grpc)")
+    args = parser.parse_args()
+
+    with contextlib.ExitStack() as stack:
+        if args.triton_grpc:
+            grpc_url, repo = args.triton_grpc, args.repo
+        else:
+            from tritonpkg.runtime import TritonServer, ensure_runtime
+
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+            repo = build_repo(Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-openai-"))))
+            print("starting Triton (a vLLM engine takes about a minute on a CPU) ...", flush=True)
+            triton = stack.enter_context(TritonServer(repo, runtime=ensure_runtime(), startup_timeout=600))
+            grpc_url = triton.grpc_url
+        frontend_url = stack.enter_context(frontend_process(grpc_url, repo))
+        samples = asyncio.run(measure(grpc_url, frontend_url, args))
+    report(samples)
+
+
+if __name__ == "__main__":
+    main()

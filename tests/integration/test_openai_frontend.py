@@ -1,0 +1,337 @@
+"""The OpenAI-compatible frontend in front of a real tritonserver (tiny LLM + all-MiniLM-L6-v2 on the
+vLLM backend), driven by the official `openai` client and by schemathesis.
+
+One Triton and one frontend for the module. Outputs of the tiny model are noise, so the checks compare
+the frontend with Triton itself (same request over gRPC, greedy), with the model's chat template,
+with sentence-transformers, and with the JSON schemas that structured outputs must satisfy."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+import urllib.request
+
+import jsonschema
+import numpy as np
+import pytest
+import yaml
+from hypothesis import HealthCheck, settings
+
+import schemathesis
+from tests.conftest import EXAMPLES
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+TINY = EXAMPLES / "tiny-llm"
+MINILM = EXAMPLES / "minilm-embeddings"
+MODEL, EMBEDDER = "tiny_llm", "minilm"
+GREEDY = {"temperature": 0, "extra_body": {"ignore_eos": True}}
+SCHEMA = {
+    "type": "object",
+    "properties": {"ok": {"type": "boolean"}, "size": {"type": "integer", "enum": [1, 2, 3]}},
+    "required": ["ok", "size"],
+    "additionalProperties": False,
+}
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    from tritonpkg.repository import package_spec
+    from tritonpkg.spec import load_spec
+
+    root = tmp_path_factory.mktemp("openai-frontend")
+    weights = root / "weights"
+    subprocess.run([sys.executable, str(TINY / "make_tiny_llm.py"), "--out", str(weights)], check=True, timeout=300)
+    spec = yaml.safe_load((TINY / "tritonpkg.yaml").read_text())
+    spec["weights"] = str(weights)
+    (root / "tiny").mkdir()
+    (root / "tiny" / "tritonpkg.yaml").write_text(yaml.safe_dump(spec))
+    repo = root / "repository"
+    package_spec(load_spec(root / "tiny"), repo)
+    subprocess.run([sys.executable, str(MINILM / "locate_weights.py"), "--write-spec", str(root / "minilm")],
+                   check=True, timeout=60)
+    package_spec(load_spec(root / "minilm"), repo)
+    return repo
+
+
+@pytest.fixture(scope="module")
+def triton(repo):
+    from tritonpkg.runtime import TritonServer, ensure_runtime
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+        with TritonServer(repo, runtime=ensure_runtime(), startup_timeout=600) as srv:
+            yield srv
+
+
+@pytest.fixture(scope="module")
+def frontend(triton, repo):
+    from tritonpkg.frontend import FrontendServer, FrontendSettings
+
+    with FrontendServer(FrontendSettings(triton_grpc_url=triton.grpc_url, port=0, model_repository=repo)) as fe:
+        yield fe
+
+
+@pytest.fixture(scope="module")
+def client(frontend):
+    import openai
+
+    return openai.OpenAI(base_url=f"{frontend.url}/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def chat_tokenizer(repo):
+    from transformers import AutoTokenizer
+
+    model_json = json.loads((repo / MODEL / "1" / "model.json").read_text())
+    return AutoTokenizer.from_pretrained(model_json["model"])
+
+
+def triton_text(triton, prompt: str, params: dict) -> str:
+    """The same generation straight from Triton's gRPC (the reference the frontend must match)."""
+    import queue
+
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(triton.grpc_url)
+    results: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    inputs = []
+    for name, dtype, value in (("text_input", "BYTES", prompt.encode()), ("stream", "BOOL", False),
+                               ("sampling_parameters", "BYTES", json.dumps(params).encode()),
+                               ("exclude_input_in_output", "BOOL", True)):
+        tensor = grpcclient.InferInput(name, [1], dtype)
+        tensor.set_data_from_numpy(np.array([value], dtype=object if dtype == "BYTES" else bool))
+        inputs.append(tensor)
+    try:
+        client.async_stream_infer(MODEL, inputs)
+        result, error = results.get(timeout=120)
+        assert error is None, error
+        return result.as_numpy("text_output")[0].decode()
+    finally:
+        client.stop_stream()
+        client.close()
+
+
+def test_models_lists_the_llm_and_the_embedder(client):
+    models = {m.id: m for m in client.models.list().data}
+    assert set(models) == {MODEL, EMBEDDER}
+    assert models[MODEL].model_extra["kind"] == "generate" and models[EMBEDDER].model_extra["kind"] == "embed"
+
+
+def test_completion_matches_triton_and_counts_tokens(client, triton, chat_tokenizer):
+    prompt = "hello world"
+    response = client.completions.create(model=MODEL, prompt=prompt, max_tokens=6, **GREEDY)
+    choice = response.choices[0]
+    assert choice.text == triton_text(triton, prompt, {"max_tokens": 6, "temperature": 0, "ignore_eos": True})
+    assert choice.finish_reason == "length" and response.object == "text_completion"
+    assert response.id.startswith("cmpl-") and response.created > 0
+    assert response.usage.completion_tokens == 6
+    assert response.usage.prompt_tokens == len(chat_tokenizer.encode(prompt))
+
+
+def test_streamed_completion_joins_to_the_same_text(client):
+    whole = client.completions.create(model=MODEL, prompt="The quick", max_tokens=8, **GREEDY)
+    chunks = list(client.completions.create(model=MODEL, prompt="The quick", max_tokens=8, stream=True,
+                                            stream_options={"include_usage": True}, **GREEDY))
+    texts = [c.choices[0].text for c in chunks if c.choices]
+    assert len(texts) > 1
+    assert "".join(texts) == whole.choices[0].text
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 8
+
+
+def test_chat_applies_the_models_chat_template(client, triton, chat_tokenizer):
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "What is Triton?"}]
+    response = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=6, **GREEDY)
+    rendered = chat_tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    message = response.choices[0].message
+    assert message.role == "assistant"
+    assert message.content == triton_text(triton, rendered, {"max_tokens": 6, "temperature": 0, "ignore_eos": True})
+    assert response.usage.prompt_tokens == len(chat_tokenizer.encode(rendered, add_special_tokens=False))
+    assert response.object == "chat.completion" and response.id.startswith("chatcmpl-")
+
+
+def test_streamed_chat_joins_to_the_same_content(client):
+    messages = [{"role": "user", "content": "hi"}]
+    whole = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=8, **GREEDY)
+    chunks = list(client.chat.completions.create(model=MODEL, messages=messages, max_tokens=8, stream=True,
+                                                 **GREEDY))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == whole.choices[0].message.content
+    assert chunks[-1].choices[0].finish_reason == "length"
+    assert all(c.object == "chat.completion.chunk" and c.id == chunks[0].id for c in chunks)
+
+
+def test_json_schema_responses_validate(client):
+    response = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "give me json"}], max_tokens=200, temperature=1.0, n=3,
+        response_format={"type": "json_schema", "json_schema": {"name": "answer", "schema": SCHEMA}})
+    assert len(response.choices) == 3
+    for choice in response.choices:
+        assert choice.finish_reason == "stop", choice.message.content
+        jsonschema.validate(json.loads(choice.message.content), SCHEMA)
+
+
+def test_json_object_responses_parse(client):
+    response = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "json please"}], max_tokens=200, temperature=0.7,
+        response_format={"type": "json_object"})
+    content = response.choices[0].message.content
+    assert response.choices[0].finish_reason == "stop", content
+    assert isinstance(json.loads(content), dict)
+
+
+def test_forced_tool_call_arguments_follow_the_schema(client):
+    tools = [{"type": "function", "function": {"name": "set_size", "parameters": SCHEMA}},
+             {"type": "function", "function": {"name": "other"}}]
+    response = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "call it"}], max_tokens=200, temperature=1.0, tools=tools,
+        tool_choice={"type": "function", "function": {"name": "set_size"}})
+    message = response.choices[0].message
+    assert message.content is None and len(message.tool_calls) == 1
+    call = message.tool_calls[0]
+    assert call.function.name == "set_size" and call.id
+    jsonschema.validate(json.loads(call.function.arguments), SCHEMA)
+
+
+@pytest.mark.parametrize("kwargs, param", [
+    ({"suffix": "x"}, "suffix"),
+    ({"extra_body": {"temprature": 0.5}}, "temprature"),
+    ({"best_of": 3}, "best_of"),
+    ({"n": 2, "stream": True}, "n"),
+])
+def test_a_field_the_backend_cannot_honour_is_a_400_naming_it(client, kwargs, param):
+    import openai
+
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model=MODEL, prompt="x", max_tokens=2, **kwargs)
+    assert info.value.status_code == 400
+    assert info.value.body["param"] == param and info.value.body["type"] == "invalid_request_error"
+
+
+def test_chat_tools_without_a_forced_choice_are_a_400(client):
+    import openai
+
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=2,
+                                       tools=[{"type": "function", "function": {"name": "f"}}])
+    assert info.value.body["param"] == "tools"
+
+
+def test_a_stream_the_backend_rejects_keeps_its_400(client):
+    import openai
+
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=2,
+                                       stream=True, extra_body={"structured_outputs": {"bogus": 1}})
+    assert "bogus" in info.value.body["message"]
+
+
+def test_unknown_model_is_a_404(client):
+    import openai
+
+    with pytest.raises(openai.NotFoundError) as info:
+        client.chat.completions.create(model="no_such_model", messages=[{"role": "user", "content": "x"}])
+    assert info.value.body["param"] == "model" and MODEL in info.value.body["message"]
+    with pytest.raises(openai.BadRequestError):
+        client.embeddings.create(model=MODEL, input="x")
+
+
+def test_embeddings_equal_sentence_transformers(client):
+    from sentence_transformers import SentenceTransformer
+
+    texts = ["A man is eating food.", "The new movie is awesome", "Triton serves models over gRPC and HTTP."]
+    sys.path.insert(0, str(MINILM))
+    try:
+        from locate_weights import weights_dir
+    finally:
+        sys.path.remove(str(MINILM))
+    reference = SentenceTransformer(str(weights_dir()), device="cpu").encode(texts)
+    response = client.embeddings.create(model=EMBEDDER, input=texts)
+    assert [d.index for d in response.data] == [0, 1, 2]
+    for item, ref in zip(response.data, reference):
+        got = np.asarray(item.embedding, dtype=np.float32)
+        assert got.shape == ref.shape
+        assert float(got @ ref / (np.linalg.norm(got) * np.linalg.norm(ref))) >= 0.999
+    assert response.usage.prompt_tokens > len(texts)
+    packed = client.embeddings.with_raw_response.create(model=EMBEDDER, input=texts[:1], encoding_format="base64")
+    vector = np.frombuffer(base64.b64decode(json.loads(packed.text)["data"][0]["embedding"]), dtype="<f4")
+    np.testing.assert_allclose(vector, response.data[0].embedding, rtol=1e-6)
+
+
+def test_ready_only_with_every_model_ready_and_kserve_still_served(frontend, triton):
+    with urllib.request.urlopen(f"{frontend.url}/health/ready", timeout=30) as resp:
+        body = json.load(resp)
+    assert resp.status == 200 and body["models"] == [EMBEDDER, MODEL]
+    with urllib.request.urlopen(f"{triton.http_url}/v2/health/ready", timeout=30) as resp:
+        assert resp.status == 200
+
+
+def test_no_request_from_the_openapi_document_gets_a_5xx(frontend):
+    """schemathesis, valid and invalid bodies for every operation (a few dozen each)."""
+    from hypothesis import given
+    from hypothesis import strategies as st
+    from schemathesis import GenerationMode
+    from schemathesis.checks import not_a_server_error
+
+    api = schemathesis.openapi.from_url(f"{frontend.url}/openapi.json")
+    operations = [result.ok() for result in api.get_all_operations()]
+    assert {op.path for op in operations} >= {"/v1/models", "/v1/completions", "/v1/chat/completions",
+                                               "/v1/embeddings", "/health/ready"}
+    seen: dict[str, set[int]] = {}
+    for op in operations:
+        strategy = op.as_strategy(GenerationMode.POSITIVE)
+        if op.method.lower() == "post":
+            strategy = st.one_of(strategy, op.as_strategy(GenerationMode.NEGATIVE))
+
+        @settings(max_examples=EXAMPLES_PER_OPERATION if op.method.lower() == "post" else 2, deadline=None,
+                  suppress_health_check=list(HealthCheck), database=None, derandomize=True)
+        @given(case=strategy)
+        def check(case):
+            aim_at_served_models(case)
+            response = case.call_and_validate(checks=[not_a_server_error], timeout=120)
+            seen.setdefault(op.path, set()).add(response.status_code // 100)
+
+        check()
+    # the run reached both the answers and the refusals of every POST route
+    assert all(seen[op.path] == {2, 4} for op in operations if op.method.lower() == "post"), seen
+
+
+EXAMPLES_PER_OPERATION = 30
+_cases = iter(range(10**9))
+
+
+def aim_at_served_models(case) -> None:
+    """A third of the cases keep their random model name (-> 404); a third name a served model; a third
+    are cut down to the required fields of a served model, so every route also answers 200. Generation
+    stays short (a few tokens, n <= 2) so the run takes seconds on a CPU."""
+    body = case.body
+    if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+        return
+    turn = next(_cases) % 3
+    if turn == 0:
+        return
+    served = EMBEDDER if case.operation.path == "/v1/embeddings" else MODEL
+    if turn == 2:
+        required = ("input",) if served == EMBEDDER else ("prompt", "messages")
+        for key in [k for k in body if k not in required]:
+            del body[key]
+        if "prompt" in body:  # vLLM refuses an empty prompt (a 400 that the random third already covers)
+            body["prompt"] = _non_empty(body["prompt"])
+    body["model"] = served
+    if served == EMBEDDER:
+        return
+    for key, cap in (("max_tokens", 8), ("max_completion_tokens", 8), ("n", 2)):
+        if isinstance(body.get(key), int) and body[key] > cap:
+            body[key] = cap
+    if not any(isinstance(body.get(k), int) for k in ("max_tokens", "max_completion_tokens")):
+        body["max_tokens"] = 8
+
+
+def _non_empty(prompt):
+    if isinstance(prompt, list):
+        return [p or "hello" for p in prompt] or "hello"
+    return prompt or "hello"

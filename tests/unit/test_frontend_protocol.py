@@ -1,0 +1,223 @@
+"""The OpenAI frontend's pure parts: request -> sampling_parameters, every rejected field, error
+bodies and the shaping of backend outputs. No server: the app is only used for request validation,
+which runs before any route touches Triton."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tritonpkg.frontend import FrontendSettings, create_app
+from tritonpkg.frontend.errors import APIError, field_path, from_triton
+from tritonpkg.frontend.mapping import chat_plan, completion_plan, default_max_tokens
+from tritonpkg.frontend.protocol import HARMLESS, UNSUPPORTED, ChatCompletionRequest, CompletionRequest
+from tritonpkg.frontend.responses import chat_logprobs, completion_body, completion_logprobs
+from tritonpkg.frontend.triton import Output, _positions
+
+SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+USER = [{"role": "user", "content": "hi"}]
+
+
+def completion(**fields) -> CompletionRequest:
+    return CompletionRequest(**{"model": "m", "prompt": "p", **fields})
+
+
+def chat(**fields) -> ChatCompletionRequest:
+    return ChatCompletionRequest(**{"model": "m", "messages": USER, **fields})
+
+
+def rejected(build, **fields) -> APIError:
+    with pytest.raises(APIError) as info:
+        build(**fields)
+    assert info.value.status == 400
+    return info.value
+
+
+def test_openai_fields_map_onto_sampling_parameters():
+    plan = completion_plan(completion(
+        max_tokens=7, temperature=0.5, top_p=0.9, stop=["\n"], seed=3, presence_penalty=0.1,
+        frequency_penalty=-0.2, logit_bias={"5": -100, "7": 2.5}, top_k=4, min_p=0.1, repetition_penalty=1.1,
+        min_tokens=1, ignore_eos=True, stop_token_ids=[2], vllm_xargs={"constraint": "x"}, logprobs=2))
+    assert plan.params == {
+        "max_tokens": 7, "temperature": 0.5, "top_p": 0.9, "stop": ["\n"], "seed": 3, "presence_penalty": 0.1,
+        "frequency_penalty": -0.2, "logit_bias": {"5": -100, "7": 2.5}, "top_k": 4, "min_p": 0.1,
+        "repetition_penalty": 1.1, "min_tokens": 1, "ignore_eos": True, "stop_token_ids": [2], "n": 1,
+        "vllm_xargs": {"constraint": "x"}, "logprobs": 2,
+    }
+    assert plan.prompts == ["p"] and plan.logprobs == 2 and not plan.stream
+
+
+def test_unset_fields_are_not_sent():
+    assert completion_plan(completion()).params == {"n": 1}
+
+
+@pytest.mark.parametrize("fmt, expected", [
+    ({"type": "json_object"}, {"type": "json_object"}),
+    ({"type": "json_schema", "json_schema": {"name": "s", "schema": SCHEMA, "strict": True}},
+     {"type": "json_schema", "json_schema": {"name": "s", "schema": SCHEMA, "strict": True}}),
+    ({"type": "text"}, {"type": "text"}),
+])
+def test_response_format_goes_to_the_backend_as_openai_spells_it(fmt, expected):
+    assert chat_plan(chat(response_format=fmt)).params["response_format"] == expected
+
+
+def test_forced_tool_becomes_a_json_schema_constraint():
+    tools = [{"type": "function", "function": {"name": "f", "parameters": SCHEMA}},
+             {"type": "function", "function": {"name": "g"}}]
+    plan = chat_plan(chat(tools=tools, tool_choice={"type": "function", "function": {"name": "f"}}))
+    assert plan.tool == "f" and plan.params["guided_json"] == SCHEMA
+    assert [t["function"]["name"] for t in plan.tools] == ["f", "g"]
+    plan = chat_plan(chat(tools=tools[1:], tool_choice="required"))
+    assert plan.tool == "g" and plan.params["guided_json"] == {"type": "object"}
+    plan = chat_plan(chat(tools=tools, tool_choice="none"))
+    assert plan.tool is None and "guided_json" not in plan.params
+
+
+def test_chat_token_limits_and_logprobs():
+    assert chat_plan(chat(max_completion_tokens=9)).params["max_tokens"] == 9
+    assert chat_plan(chat(max_tokens=9, max_completion_tokens=9)).params["max_tokens"] == 9
+    plan = chat_plan(chat(logprobs=True, top_logprobs=3))
+    assert plan.params["logprobs"] == 3 and plan.logprobs == 3
+    assert chat_plan(chat(logprobs=True)).params["logprobs"] == 0
+    assert "logprobs" not in chat_plan(chat()).params
+
+
+@pytest.mark.parametrize("build, fields, param", [
+    (completion, {"stream": True, "n": 2}, "n"),
+    (completion, {"stream_options": {"include_usage": True}}, "stream_options"),
+    (completion, {"prompt": ["a", "b"], "stream": True}, "prompt"),
+    (completion, {"echo": True, "logprobs": 1}, "echo"),
+    (completion, {"logit_bias": {"abc": 1}}, "logit_bias"),
+    (completion, {"logit_bias": {"3": 101}}, "logit_bias"),
+    (completion, {"guided_regex": "a+", "guided_choice": ["a"]}, "guided_choice"),
+    (completion, {"response_format": {"type": "json_object"}, "guided_json": SCHEMA}, "guided_json"),
+    (completion, {"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
+    (completion, {"response_format": {"type": "text", "json_schema": {"name": "s", "schema": SCHEMA}}},
+     "response_format.json_schema"),
+    (chat, {"top_logprobs": 2}, "top_logprobs"),
+    (chat, {"max_tokens": 3, "max_completion_tokens": 4}, "max_tokens"),
+    (chat, {"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+    (chat, {"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "auto"}, "tool_choice"),
+    (chat, {"tool_choice": "required"}, "tool_choice"),
+    (chat, {"tools": [{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "g"}}],
+            "tool_choice": "required"}, "tool_choice"),
+    (chat, {"tools": [{"type": "function", "function": {"name": "f"}}],
+            "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+    (chat, {"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required",
+            "response_format": {"type": "json_object"}}, "response_format"),
+])
+def test_fields_the_backend_cannot_honour_are_rejected_by_name(build, fields, param):
+    plan = completion_plan if build is completion else chat_plan
+    error = rejected(lambda **f: plan(build(**f)), **fields)
+    assert error.param == param, error.message
+    assert error.body()["error"]["type"] == "invalid_request_error"
+
+
+UNSUPPORTED_VALUES = {"suffix": "s", "best_of": 2, "functions": [{"name": "f"}], "function_call": "auto",
+                      "audio": {"voice": "x"}, "modalities": ["text", "audio"], "prediction": {"type": "content"},
+                      "store": True, "metadata": {"a": "b"}, "service_tier": "flex", "reasoning_effort": "low",
+                      "web_search_options": {}}
+
+
+@pytest.mark.parametrize("cls, name", [(cls, name) for cls, table in UNSUPPORTED.items() for name in table])
+def test_every_known_unsupported_openai_field_is_a_400_naming_it(cls, name):
+    build, plan = (completion, completion_plan) if cls is CompletionRequest else (chat, chat_plan)
+    error = rejected(lambda **f: plan(build(**f)), **{name: UNSUPPORTED_VALUES[name]})
+    assert error.param == name and "not supported" in error.message
+    for harmless in HARMLESS.get(name, ()):  # OpenAI's defaults ask for nothing and pass
+        plan(build(**{name: harmless}))
+
+
+@pytest.fixture(scope="module")
+def client():
+    return TestClient(create_app(FrontendSettings(triton_grpc_url="127.0.0.1:1")), raise_server_exceptions=False)
+
+
+@pytest.mark.parametrize("route, body, param", [
+    ("/v1/completions", {"model": "m", "prompt": "p", "temprature": 0}, "temprature"),
+    ("/v1/completions", {"model": "m", "prompt": [1, 2, 3]}, "prompt"),
+    ("/v1/completions", {"model": "m", "prompt": "p", "temperature": -1}, "temperature"),
+    ("/v1/chat/completions", {"model": "m", "messages": USER, "response_format": {"type": "json_schema",
+                              "json_schema": {"name": "s", "schema": SCHEMA, "x": 1}}}, "response_format.json_schema.x"),
+    ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "http://x"}}]}]}, "messages[0].content"),
+    ("/v1/chat/completions", {"model": "m", "messages": []}, "messages"),
+    ("/v1/chat/completions", {"model": "m", "messages": USER, "stream_options": {"continuous_usage_stats": True}},
+     "stream_options.continuous_usage_stats"),
+    ("/v1/embeddings", {"model": "m", "input": "x", "encoding_format": "int8"}, "encoding_format"),
+    ("/v1/embeddings", {"model": "m", "input": [[1, 2]]}, "input"),
+])
+def test_request_validation_is_a_400_in_openai_shape(client, route, body, param):
+    response = client.post(route, json=body)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == param and error["type"] == "invalid_request_error"
+    assert param.split(".")[-1].split("[")[0] in error["message"]
+
+
+def test_a_body_that_is_not_json_is_a_400(client):
+    response = client.post("/v1/completions", content=b"{not json", headers={"content-type": "application/json"})
+    assert response.status_code == 400 and "JSON" in response.json()["error"]["message"]
+
+
+def test_field_path_drops_union_branch_tags():
+    assert field_path(("body", "messages", 0, "content", "list[TextPart]", 0, "type")) == "messages[0].content[0].type"
+
+
+@pytest.mark.parametrize("message, status", [
+    ("Request for unknown model: 'x' is not found", 404),
+    ("[vllm] unknown sampling parameter(s) 'bogus'", 400),
+    ("[vllm] vLLM rejected the request: prompt too long", 400),
+    ("[vllm] model 'm' is not ready: the vLLM engine died (EngineDeadError)", 503),
+    ("[vllm] vLLM failed the request: RuntimeError: boom", 500),
+    ("in ensemble 'e', something odd", 500),
+])
+def test_triton_errors_map_to_statuses(message, status):
+    assert from_triton(message).status == status
+
+
+BACKEND_LOGPROBS = json.dumps([
+    {"9": {"logprob": -3.0, "rank": 7, "decoded_token": " b"}, "4": {"logprob": -0.5, "rank": 1, "decoded_token": " a"},
+     "5": {"logprob": -1.0, "rank": 2, "decoded_token": " c"}},
+    {"4": {"logprob": None, "rank": 1, "decoded_token": " a"}, "5": {"logprob": -2.0, "rank": 2, "decoded_token": " c"}},
+])
+
+
+def test_logprobs_take_the_sampled_token_first_and_the_top_k_by_rank():
+    positions = _positions(BACKEND_LOGPROBS)
+    content = chat_logprobs(positions, 2)["content"]
+    assert [c["token"] for c in content] == [" b", " a"]
+    assert content[0]["logprob"] == -3.0 and content[0]["bytes"] == [32, 98]
+    assert [t["token"] for t in content[0]["top_logprobs"]] == [" a", " c"]
+    assert content[1]["logprob"] == -9999.0  # -inf in the backend
+    assert chat_logprobs(positions, 0)["content"][0]["top_logprobs"] == []
+    legacy = completion_logprobs(positions, 1, offset=5)
+    assert legacy["tokens"] == [" b", " a"] and legacy["text_offset"] == [5, 7]
+    assert legacy["top_logprobs"] == [{" a": -0.5}, {" a": -9999.0}]
+
+
+def test_completion_body_numbers_choices_across_prompts_and_sums_usage():
+    out = [Output(texts=["x", "y"], finish_reasons=["length", "stop"], prompt_tokens=3, completion_tokens=[2, 1],
+                  logprobs=None),
+           Output(texts=["z"], finish_reasons=["length"], prompt_tokens=4, completion_tokens=[5], logprobs=None)]
+    body = completion_body("cmpl-1", 1, "m", ["p", "q"], out, echo=True, logprobs=None)
+    assert [(c["index"], c["text"], c["finish_reason"]) for c in body["choices"]] == [
+        (0, "px", "length"), (1, "py", "stop"), (2, "qz", "length")]
+    assert body["usage"] == {"prompt_tokens": 7, "completion_tokens": 8, "total_tokens": 15}
+
+
+def test_an_aborted_generation_is_not_reported_as_a_normal_finish():
+    out = Output(texts=["x"], finish_reasons=["abort"], prompt_tokens=1, completion_tokens=[1], logprobs=None)
+    with pytest.raises(APIError) as info:
+        completion_body("c", 1, "m", ["p"], [out], echo=False, logprobs=None)
+    assert info.value.status == 503
+
+
+def test_default_max_tokens_is_the_context_left():
+    assert default_max_tokens(256, 20, "prompt") == 236
+    assert default_max_tokens(None, 20, "prompt") is None
+    with pytest.raises(APIError) as info:
+        default_max_tokens(16, 16, "messages")
+    assert info.value.param == "messages"

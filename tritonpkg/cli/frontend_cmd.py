@@ -1,0 +1,85 @@
+"""`tritonpkg frontend`: the OpenAI-compatible API alone, in front of a Triton that runs on its own
+(the `separate` execution mode). Runs until Ctrl-C / SIGTERM."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from tritonpkg.cli._common import EXIT_PROBLEMS, console, err_console, library_errors, print_json
+
+
+@library_errors()
+def frontend(
+    triton_grpc: str = typer.Option("127.0.0.1:8001", "--triton-grpc", help="Triton's gRPC address, HOST:PORT."),
+    port: int = typer.Option(9000, "--port", help="Port of the OpenAI API (0 picks a free one)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on; 0.0.0.0 for all."),
+    model_repository: Path | None = typer.Option(
+        None, "--model-repository", "-m",
+        help="The repository Triton serves: gives each model's tokenizer (chat) and context length."),
+    timeout: float = typer.Option(600.0, "--request-timeout", help="Longest one request may take, in seconds."),
+    as_json: bool = typer.Option(False, "--json", help="Print the address and models as JSON once listening."),
+) -> None:
+    """Serve /v1/models, /v1/completions, /v1/chat/completions, /v1/embeddings and /health/ready for the
+    models of a running Triton; stop cleanly on Ctrl-C or SIGTERM."""
+    import signal
+    import threading
+
+    from tritonpkg.frontend import FrontendServer, FrontendSettings
+
+    settings = FrontendSettings(triton_grpc_url=triton_grpc, host=host, port=port, request_timeout_s=timeout,
+                                model_repository=model_repository.absolute() if model_repository else None)
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    server = FrontendServer(settings)
+    try:
+        with console.status(f"connecting to Triton at {triton_grpc} ...") if not as_json else _nothing():
+            server.start()
+        _report(server, as_json)
+        while not stop.is_set():
+            if not server.running:
+                err_console.print("[bold red]error:[/] the frontend stopped unexpectedly", highlight=False)
+                raise typer.Exit(EXIT_PROBLEMS)
+            stop.wait(0.5)
+    finally:
+        server.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if not as_json:
+        console.print("frontend stopped", highlight=False)
+
+
+def _nothing():
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def _report(server, as_json: bool) -> None:
+    import json
+    import urllib.error
+    import urllib.request
+
+    from rich.table import Table
+
+    from tritonpkg.errors import RuntimeSetupError
+
+    try:
+        with urllib.request.urlopen(server.url + "/v1/models", timeout=60) as resp:
+            models = json.load(resp)["data"]
+    except urllib.error.HTTPError as exc:
+        reason = json.loads(exc.read() or b"{}").get("error", {}).get("message", str(exc))
+        raise RuntimeSetupError(f"the frontend cannot list Triton's models: {reason}", field="--triton-grpc",
+                                expected="a running Triton at that gRPC address") from None
+    data = {"openai_url": server.url, "triton_grpc_url": server.settings.triton_grpc_url,
+            "models": [{"id": m["id"], "kind": m["kind"], "version": m["version"]} for m in models]}
+    if as_json:
+        print_json(data)
+        return
+    table = Table("model", "kind", "version", header_style="bold",
+                  title=f"OpenAI API at {server.url}/v1 (Triton {server.settings.triton_grpc_url})")
+    for m in data["models"]:
+        table.add_row(m["id"], m["kind"], m["version"])
+    console.print(table)
+    console.print("serving; Ctrl-C or SIGTERM stops", highlight=False)
