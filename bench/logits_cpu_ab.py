@@ -12,23 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 
 import torch
+from logits import timeit  # bench/logits.py: the same median-of-calls timer
 
 BATCHES = (1, 8, 32, 128, 256)
 VOCABS = (32000, 128256)
-
-
-def timeit(fn, budget_s: float = 0.2, max_iter: int = 200) -> float:
-    fn()
-    times: list[float] = []
-    start = time.perf_counter()
-    while len(times) < 5 or (time.perf_counter() - start < budget_s and len(times) < max_iter):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e6
 
 
 def cell(b: int, v: int, repeats: int, gen: torch.Generator) -> dict[str, float]:
