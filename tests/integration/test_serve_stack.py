@@ -1,5 +1,6 @@
-"""`tritonpkg serve ARCHIVE --openai` end to end, one real stack for the module: a package archive holding the tiny
-LLM (real vLLM, metrics on) and a Python model whose load sleeps, served by the CLI in a subprocess.
+"""`tritonpkg serve ARCHIVE --openai` end to end, one real stack for the module: a package archive holding
+the tiny LLM (real vLLM, metrics on, weights in a real S3 API) and a Python model whose load sleeps,
+served by the CLI in a subprocess.
 
 While it starts, pollers hammer the public HTTP, gRPC and metrics ports: each attempt must be refused
 or fully successful, never an error from a half-loaded server. Once up, Debian's real Prometheus scrapes
@@ -25,6 +26,7 @@ import pytest
 import yaml
 
 from tests.conftest import EXAMPLES
+from tests.integration.s3_fixtures import s3_server  # noqa: F401 - fixture
 from tests.integration.test_runtime_server import group_pids
 from tests.integration.test_runtime_serve_cli import read_json_document, tritonpkg
 from tritonpkg.runtime import free_ports
@@ -48,9 +50,13 @@ SLOW_SPEC = {
 }
 
 
+BUCKET = "serve-stack-weights"
+
+
 @pytest.fixture(scope="module")
-def archive(tmp_path_factory) -> Path:
-    """One package archive (the layout `package --archive` writes) with both models and their lock."""
+def archive(tmp_path_factory, s3_server) -> Path:
+    """One package archive (the layout `package --archive` writes) with both models and their lock; the
+    LLM's weights live in a real S3 API (moto server), so serving must materialize them first."""
     from tritonpkg.repository import archive as archive_mod
     from tritonpkg.repository import package_spec
     from tritonpkg.spec import load_spec
@@ -60,7 +66,12 @@ def archive(tmp_path_factory) -> Path:
     subprocess.run([sys.executable, str(EXAMPLES / "tiny-llm" / "make_tiny_llm.py"), "--out", str(weights)],
                    check=True, timeout=300)
     llm = yaml.safe_load((EXAMPLES / "tiny-llm" / "tritonpkg.yaml").read_text())
-    llm["weights"] = str(weights)
+    s3 = s3_server.client()
+    s3.create_bucket(Bucket=BUCKET)
+    for path in sorted(weights.rglob("*")):
+        if path.is_file():
+            s3.upload_file(str(path), BUCKET, f"tiny-llm/{path.relative_to(weights).as_posix()}")
+    llm["weights"] = f"s3://{BUCKET}/tiny-llm"
     llm["engine_args"]["disable_log_stats"] = False  # vLLM records its metrics
     repo = root / "repository"
     for name, data, files in (("llm", llm, {}), ("slow", SLOW_SPEC, {"hooks.py": SLOW_HOOKS})):
@@ -136,10 +147,11 @@ def openai_ready(port: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def stack(archive, tmp_path_factory):
+def stack(archive, tmp_path_factory, s3_server):
     """The CLI serving the archive, with the pollers' record of its start-up."""
     http, grpc, metrics, openai = free_ports(4)
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "NO_COLOR": "1", "COLUMNS": "200"}
+    env = {**os.environ, **s3_server.env, "VLLM_CPU_KVCACHE_SPACE": "1", "NO_COLOR": "1", "COLUMNS": "200"}
+    weights_root = tmp_path_factory.mktemp("weights-root")
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     pollers = [Poller("http", http, lambda: http_ready(http)), Poller("grpc", grpc, lambda: grpc_ready(grpc)),
                Poller("metrics", metrics, lambda: metrics_ok(metrics)),
@@ -150,7 +162,7 @@ def stack(archive, tmp_path_factory):
     started = time.monotonic()
     proc = subprocess.Popen(
         tritonpkg("serve", str(archive), "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port",
-                  str(metrics), "--openai", "--openai-port", str(openai), "--timeout", "300", "--state-dir", str(tmp_path_factory.mktemp("state")), "--json"),
+                  str(metrics), "--openai", "--openai-port", str(openai), "--timeout", "300", "--weights-root", str(weights_root), "--state-dir", str(tmp_path_factory.mktemp("state")), "--json"),
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         try:
@@ -168,7 +180,8 @@ def stack(archive, tmp_path_factory):
               + ", ".join(f"{p.name}: {p.outcomes.count('refused')} refused / {p.outcomes.count('ok')} ok"
                           for p in pollers))
         yield {"proc": proc, "info": info, "pollers": {p.name: p for p in pollers},
-               "ports": {"http": http, "grpc": grpc, "metrics": metrics, "openai": openai}}
+               "ports": {"http": http, "grpc": grpc, "metrics": metrics, "openai": openai},
+               "weights_root": weights_root}
     finally:
         for p in pollers:
             p.stop.set()
@@ -197,6 +210,17 @@ def test_public_ports_are_refused_until_every_model_is_ready(stack) -> None:
     assert info["openai_url"] == f"http://127.0.0.1:{stack['ports']['openai']}/v1"
     internal = urllib.parse.urlsplit(info["triton_metrics_url"])
     assert internal.hostname == "127.0.0.1" and internal.port != stack["ports"]["metrics"]
+
+
+def test_s3_weights_were_materialized_and_vllm_loaded_the_local_copy(stack) -> None:
+    [weights] = stack["info"]["weights"]
+    assert weights["model_json"] == "tiny_llm/1/model.json"
+    assert (weights["kind"], weights["source"]) == ("materialized", f"s3://{BUCKET}/tiny-llm")
+    local = Path(weights["path"])
+    assert local.is_relative_to(stack["weights_root"]) and (local / "config.json").is_file()
+    served = json.loads((Path(stack["info"]["repository"]) / "tiny_llm" / "1" / "model.json").read_text())
+    assert served["model"] == str(local)
+    assert generate(stack["ports"]["http"], "hello")["text_output"]
 
 
 def generate(port: int, prompt: str) -> dict:

@@ -4,6 +4,7 @@ one stop() ends all of it in reverse order, whichever step failed."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -47,6 +48,7 @@ class ServingStack:
         self.metrics: Any = None  # MergedMetricsServer
         self.frontend: Any = None
         self.multiproc_dir: Path | None = None
+        self.weights: list[Any] = []  # WeightsResult per vLLM model
         self.timings: dict[str, float] = {}
         self.startup_seconds: float | None = None
         self._unpacked: Any = None  # UnpackedPackage
@@ -193,8 +195,8 @@ class ServingStack:
             shutil.copytree(self.repository, copy, symlinks=True)
             self.repository = copy
         root = self.options.weights_root or paths.cache_dir() / "weights"
-        done = ensure_weights(self.repository, actions, root)
-        return "; ".join(f"{r.model_json}: {r.kind} {r.path} ({r.detail})" for r in done)
+        self.weights = ensure_weights(self.repository, actions, root)
+        return "; ".join(f"{r.model_json}: {r.kind} {r.path} ({r.detail})" for r in self.weights)
 
     def _step_plugins(self) -> str:
         try:
@@ -276,5 +278,6 @@ class ServingStack:
             "pid": srv.pid, "repository": str(self.repository),
             "startup_seconds": round(self.startup_seconds or 0.0, 3),
             "steps": [{"step": k, "seconds": round(v, 3)} for k, v in self.timings.items()],
+            "weights": [dataclasses.asdict(w) for w in self.weights],
             "models": [{"name": m["name"], "version": m.get("version"), "state": m["state"]} for m in models],
         }
