@@ -195,3 +195,10 @@ def test_a_bundled_plugin_that_does_not_fit_stops_start_up_before_installing(wri
 
     with pytest.raises(importlib.metadata.PackageNotFoundError):
         importlib.metadata.version("demo-plugin")
+
+
+def test_the_cli_help_states_the_library_defaults() -> None:
+    from tritonpkg.runtime.unpack import UnpackLimits
+
+    assert UnpackLimits().max_members == 20000 and UnpackLimits().max_bytes == 4 << 30  # as --help says
+    assert StartupOptions(source=Path("x")).max_members == UnpackLimits().max_members

@@ -44,8 +44,10 @@ def serve(
                                           help="Where the archive is unpacked (default: a temp dir removed at exit)."),
     weights_root: Path | None = typer.Option(None, "--weights-root",
                                              help="Where remote weights are materialized (default: the user cache)."),
-    max_members: int = typer.Option(20_000, "--max-members", min=1, help="Refuse archives with more members."),
-    max_bytes: int = typer.Option(4 << 30, "--max-bytes", min=1, help="Refuse archives that expand to more bytes."),
+    max_members: int | None = typer.Option(None, "--max-members", min=1,
+                                           help="Refuse archives with more members (default: 20000)."),
+    max_bytes: int | None = typer.Option(None, "--max-bytes", min=1,
+                                         help="Refuse archives that expand to more bytes (default: 4 GiB)."),
     plugins: bool = typer.Option(True, "--plugins/--no-plugins", help="Install the package's bundled plugin wheels."),
     runtime: RuntimeKind = typer.Option(RuntimeKind.local, "--runtime",
                                         help="local: run Triton here; docker: print the docker run command."),
@@ -64,8 +66,8 @@ def serve(
     options = StartupOptions(
         source=repo, host=host, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
         openai_port=openai_port, openai=openai, execution_mode=mode.value if mode else None, state_dir=state_dir,
-        weights_root=weights_root, startup_timeout=timeout, max_members=max_members, max_bytes=max_bytes,
-        install_plugins=plugins)
+        weights_root=weights_root, startup_timeout=timeout, install_plugins=plugins,
+        **{k: v for k, v in (("max_members", max_members), ("max_bytes", max_bytes)) if v is not None})
     _serve_local(options, as_json)
 
 

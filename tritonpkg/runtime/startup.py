@@ -18,6 +18,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tritonpkg.runtime.unpack import DEFAULT_MAX_BYTES, DEFAULT_MAX_MEMBERS
+
 ExecutionMode = Literal["embedded", "separate"]
 StepKind = Literal["unpack", "verify", "weights", "plugins", "metrics_dir", "triton", "metrics", "frontend"]
 DEFAULT_MODE: ExecutionMode = "embedded"
@@ -41,8 +43,8 @@ class StartupOptions(BaseModel):
     weights_root: Path | None = Field(default=None, description="where remote weights are materialized")
     multiproc_dir: Path | None = Field(default=None, description="PROMETHEUS_MULTIPROC_DIR; None: env or state dir")
     startup_timeout: float = Field(default=120.0, gt=0)
-    max_members: int = Field(default=20_000, ge=1)
-    max_bytes: int = Field(default=4 << 30, ge=1)
+    max_members: int = Field(default=DEFAULT_MAX_MEMBERS, ge=1, description="refuse archives with more members")
+    max_bytes: int = Field(default=DEFAULT_MAX_BYTES, ge=1, description="refuse archives that expand to more")
     install_plugins: bool = True
 
 

@@ -23,6 +23,8 @@ from tritonpkg.repository import lock as lock_mod
 from tritonpkg.repository.archive import REPO_PREFIX, WHEELS_PREFIX
 
 COPY_CHUNK = 1 << 20
+DEFAULT_MAX_MEMBERS = 20_000
+DEFAULT_MAX_BYTES = 4 << 30
 
 
 class UnsafeArchiveError(PackageError):
@@ -37,8 +39,8 @@ class LockMismatchError(PackageError):
 class UnpackLimits:
     """Defaults fit a model package (code, configs, tokenizers, plugin wheels; weights travel apart)."""
 
-    max_members: int = 20_000
-    max_bytes: int = 4 << 30
+    max_members: int = DEFAULT_MAX_MEMBERS
+    max_bytes: int = DEFAULT_MAX_BYTES
 
     def __post_init__(self) -> None:
         if self.max_members < 1 or self.max_bytes < 1:
