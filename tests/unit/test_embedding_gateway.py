@@ -54,3 +54,21 @@ def test_embedding_template_packages_a_decoupled_model_with_the_core_beside_it(t
     model_py = (version / "model.py").read_text()
     assert f'"weights": {str(MINILM)!r}' in model_py and '"token_budget": 512' in model_py
     assert "tritonpkg" not in model_py.split('"""')[-1]  # the rendered code imports only the vendored core
+
+    from tritonpkg.gateway import EmbeddingGateway
+    from tritonpkg.gateway.frontend_bridge import is_template_embedding
+
+    gw = EmbeddingGateway.for_model(["127.0.0.1:1"], version)  # gateway.json: tokenizer, budget, limits
+    assert (gw.model, gw.token_budget, gw.max_length, gw.truncate) == ("minilm_embed", 512, 512, True)
+    config = {"backend": "python", "input": [{"name": n} for n in ("TEXT", "INPUT_IDS", "LENGTHS")],
+              "output": [{"name": "EMBEDDINGS"}]}
+    assert is_template_embedding(config) and not is_template_embedding({**config, "backend": "vllm"})
+
+
+def test_gateway_for_a_model_without_gateway_json_says_what_is_missing(tmp_path):
+    from tritonpkg.errors import TritonpkgError
+    from tritonpkg.gateway import EmbeddingGateway
+
+    with pytest.raises(TritonpkgError, match="not a model of the `embedding` template") as err:
+        EmbeddingGateway.for_model(["127.0.0.1:1"], tmp_path)
+    assert err.value.file == str(tmp_path / "gateway.json")
