@@ -388,3 +388,28 @@ def test_sigterm_during_start_up_aborts_it_and_leaves_nothing(tmp_path: Path) ->
     assert [p.name for p in state.iterdir()] == ["prometheus-multiproc"]  # the unpacked package is gone
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", http), timeout=2).close()
+
+
+def test_a_folder_with_remote_weights_is_served_from_a_copy_and_left_untouched(tmp_path: Path) -> None:
+    """The user's repository keeps its model.json; the materialized path goes into a copy that start-up
+    removes again. (The model's backend does not exist, so Triton fails fast once the weights are there.)"""
+    import fsspec
+
+    from tritonpkg.runtime import ServerStartError, ServingStack, StartupOptions
+
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/serve-folder-test/config.json", b'{"model_type": "llama"}')
+    repo = tmp_path / "repo"
+    (repo / "llm" / "1").mkdir(parents=True)
+    (repo / "llm" / "config.pbtxt").write_text('name: "llm"\nbackend: "tritonpkg_test_absent_backend"\n')
+    original = json.dumps({"model": "memory://serve-folder-test"})
+    (repo / "llm" / "1" / "model.json").write_text(original)
+    stack = ServingStack(StartupOptions(source=repo, state_dir=tmp_path / "state", weights_root=tmp_path / "w",
+                                        http_port=0, grpc_port=0, metrics_port=0, startup_timeout=60))
+    with pytest.raises(ServerStartError, match="tritonpkg_test_absent_backend"):
+        stack.start()
+    assert (repo / "llm" / "1" / "model.json").read_text() == original
+    [weights] = stack.weights
+    assert Path(weights.path).is_relative_to(tmp_path / "w") and (Path(weights.path) / "config.json").is_file()
+    assert stack.repository != repo and not stack.repository.exists()  # the copy is gone with the stack
+    assert [p.name for p in (tmp_path / "state").iterdir()] == ["prometheus-multiproc"]
