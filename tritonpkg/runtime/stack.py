@@ -68,7 +68,7 @@ class ServingStack:
             self.plan = plan_serve(self.options, self._facts())
             self.plan.steps = prepare.steps + self.plan.steps
             for note in self.plan.notes:
-                self.on_event(StepEvent(Step("verify", "package"), "warn", detail=note))
+                self.on_event(StepEvent(Step("plan", "start-up plan"), "warn", detail=note))
             for step in self.plan.steps[len(prepare.steps):]:
                 self._run(step)
         except BaseException:
@@ -199,12 +199,8 @@ class ServingStack:
         return "; ".join(f"{r.model_json}: {r.kind} {r.path} ({r.detail})" for r in self.weights)
 
     def _step_plugins(self) -> str:
-        try:
-            from tritonpkg.plugins import install_bundled
-        except ImportError as exc:
-            raise RuntimeSetupError("the package bundles plugin wheels, and plugin installation is not available "
-                                    f"in this tritonpkg ({exc})", field="wheels/",
-                                    expected="tritonpkg.plugins.install_bundled") from exc
+        from tritonpkg.plugins import install_bundled
+
         assert self._unpacked is not None and self.repository is not None
         installed = install_bundled(self._unpacked.wheels_dir, lock=self.repository / lock_mod.LOCK_NAME)
         return ", ".join(f"{p.name} {p.version} {p.action}" for p in installed) or "nothing to install"
@@ -250,11 +246,8 @@ class ServingStack:
         return self.plan is not None and any(s.kind == "frontend" for s in self.plan.steps)
 
     def _step_frontend(self) -> str:
-        try:
-            from tritonpkg.frontend import FrontendServer, FrontendSettings
-        except ImportError as exc:
-            raise RuntimeSetupError(f"the OpenAI frontend is not available in this tritonpkg ({exc})",
-                                    field="openai", expected="--no-openai, or a tritonpkg with tritonpkg.frontend")
+        from tritonpkg.frontend import FrontendServer, FrontendSettings
+
         settings = FrontendSettings(triton_grpc_url=self.server.grpc_url, host=self.options.host,
                                     port=self.options.openai_port, model_repository=self.repository)
         self.frontend = FrontendServer(settings).start()

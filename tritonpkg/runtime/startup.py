@@ -21,7 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from tritonpkg.runtime.unpack import DEFAULT_MAX_BYTES, DEFAULT_MAX_MEMBERS
 
 ExecutionMode = Literal["embedded", "separate"]
-StepKind = Literal["unpack", "verify", "weights", "plugins", "metrics_dir", "triton", "metrics", "frontend"]
+# "plan" only labels notes about the plan itself (what will not happen, and why); it runs nothing.
+StepKind = Literal["plan", "unpack", "verify", "weights", "plugins", "metrics_dir", "triton", "metrics", "frontend"]
 DEFAULT_MODE: ExecutionMode = "embedded"
 
 
