@@ -21,6 +21,7 @@ def make_wheel(
     requires: tuple[str, ...] = (),
     entry_points: dict[str, dict[str, str]] | None = None,
     module_source: str = "class Processor:\n    pass\n",
+    tag: str = "py3-none-any",
 ) -> Path:
     """`name` installs a module `<name with _>` holding `module_source`; entry points as group -> name -> obj."""
     mod = name.replace("-", "_")
@@ -32,14 +33,14 @@ def make_wheel(
     files = {
         f"{mod}/__init__.py": module_source.encode(),
         f"{info}/METADATA": ("\n".join(meta) + "\n\n").encode(),
-        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: " + tag.encode() + b"\n",
     }
     if eps:
         files[f"{info}/entry_points.txt"] = eps.encode()
     record = [_record_line(k, v) for k, v in files.items()] + [f"{info}/RECORD,,"]
     files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{mod}-{version}-py3-none-any.whl"
+    path = folder / f"{mod}-{version}-{tag}.whl"
     with zipfile.ZipFile(path, "w") as zf:
         for k, v in files.items():
             zf.writestr(zipfile.ZipInfo(k, date_time=(1980, 1, 1, 0, 0, 0)), v)

@@ -120,3 +120,13 @@ def test_install_bundled_checks_wheels_against_the_lock(tmp_path, target_python)
     with pytest.raises(PluginError, match="missing from the package: locked_plugin-0.1.0-py3-none-any.whl"):
         install_bundled(wheels, python=target_python, lock=lock, pinned=[])
     assert install_bundled(tmp_path / "no-wheels", python=target_python) == []
+
+
+def test_install_bundled_turns_a_wheel_for_another_interpreter_into_a_clear_error(tmp_path, target_python):
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, name="old-plugin", entry_points=EP, tag="cp27-cp27mu-manylinux1_x86_64")
+    with pytest.raises(PluginError) as err:
+        install_bundled(wheels, python=target_python, pinned=[])
+    assert "pip could not install old_plugin-0.1.0-cp27-cp27mu-manylinux1_x86_64.whl" in err.value.message
+    assert "not a supported wheel" in err.value.message and err.value.file == target_python
+    assert _pip_show(target_python, "old-plugin") is None
