@@ -114,7 +114,7 @@ class Poller:
                 self.outcomes.append(f"HTTP {exc.code}: {exc.read()[:200]!r}")
             except Exception as exc:  # noqa: BLE001 - every failure is a finding
                 self.outcomes.append(f"{type(exc).__name__}: {exc}")
-            time.sleep(0.05)
+            time.sleep(0.5)  # open now: keep checking, without taking the CPU the rest of start-up needs
 
     @property
     def bad(self) -> list[str]:
@@ -122,8 +122,15 @@ class Poller:
 
 
 def http_ready(port: int) -> bool:
+    """Ready, and a real inference on the slow model answers (the first connection must get a result)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=5) as resp:
-        return resp.status == 200
+        if resp.status != 200:
+            return False
+    body = {"inputs": [{"name": "X", "shape": [2], "datatype": "FP32", "data": [1.0, 2.0]}]}
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v2/models/slow_loader/infer",
+                                 data=json.dumps(body).encode(), method="POST")
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.loads(resp.read())["outputs"][0]["data"] == [2.0, 3.0]
 
 
 def grpc_ready(port: int) -> bool:
