@@ -4,6 +4,7 @@ project's (the project's .venv, whose every vLLM engine loads its entry points, 
 
 from __future__ import annotations
 
+import importlib.util
 import sysconfig
 from pathlib import Path
 
@@ -18,7 +19,8 @@ from tritonpkg.spec import load_spec
 from tritonpkg.validate import validate_repository
 from tritonpkg.validate.plugin_probe import EntryPointSpec, check_entry_points
 
-pytest.importorskip("vllm")
+if importlib.util.find_spec("vllm") is None:  # found, not imported: the checks import it in a subprocess
+    pytest.skip("vLLM is not installed", allow_module_level=True)
 GROUP = "vllm.logits_processors"
 V1 = "from vllm.v1.sample.logits_processor import LogitsProcessor as B\n"
 SOURCE = V1 + """
@@ -97,7 +99,8 @@ def test_validate_reports_each_broken_entry_point_of_an_installed_plugin(write_s
 
 
 def test_validate_accepts_the_installed_logits_ext_and_flags_an_uninstalled_bundled_plugin(write_spec, tmp_path):
-    pytest.importorskip("tritonpkg_logits")
+    if importlib.util.find_spec("tritonpkg_logits") is None:
+        pytest.skip("logits_ext is not installed")
     make_wheel(tmp_path / "spec", "later-plugin", entry_points={GROUP: {"x": "later_plugin:X"}})
     repo = _packaged(write_spec, tmp_path, [{"name": "tritonpkg-logits-ext"},
                                             {"name": "later-plugin", "wheel": "later_plugin-0.1.0-py3-none-any.whl"}])
@@ -105,3 +108,26 @@ def test_validate_accepts_the_installed_logits_ext_and_flags_an_uninstalled_bund
     assert [(p.rule, p.severity, p.field) for p in mine] == [
         ("plugins.not-installed", "warning", "plugins.later-plugin")], mine
     assert "start-up installs it from wheels/later_plugin-0.1.0-py3-none-any.whl" in mine[0].message
+
+
+def test_lock_entries_are_checked_without_the_runtime(write_spec, tmp_path, monkeypatch):
+    """A release target (or TRITONPKG_NO_LIVE_VLLM) checks the lock alone: a hand-edited entry that
+    registers nothing in its group, and a lock from before plugin records."""
+    import json
+
+    repo = _packaged(write_spec, tmp_path, [{"name": "tritonpkg-logits-ext"}])
+    lock_path = repo / "tritonpkg.lock.json"
+    lock = json.loads(lock_path.read_text())
+    entry = lock["models"]["double"]["versions"]["1"]
+    entry["plugins"] = [{"name": "p", "version": "1", "wheel": "p-1-py3-none-any.whl", "sha256": "0" * 64,
+                         "entry_point_group": GROUP, "entry_points": {"console_scripts": {"p": "p:main"}}}]
+    lock_path.write_text(json.dumps(lock))
+    mine = [p for p in validate_repository(repo, target_release="24.10").problems if p.rule.startswith("plugins.")]
+    assert [(p.rule, p.field) for p in mine] == [("plugins.entry-point", "plugins.p")]
+    assert "p-1-py3-none-any.whl registers nothing in 'vllm.logits_processors'" in mine[0].message
+
+    entry["plugins"] = ["p-1-py3-none-any.whl"]
+    lock_path.write_text(json.dumps(lock))
+    monkeypatch.setenv("TRITONPKG_NO_LIVE_VLLM", "1")
+    mine = [p for p in validate_repository(repo).problems if p.rule.startswith("plugins.")]
+    assert [p.rule for p in mine] == ["plugins.lock"] and "older tritonpkg" in mine[0].message
