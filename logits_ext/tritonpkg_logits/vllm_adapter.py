@@ -172,9 +172,9 @@ class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):  # type: 
         if not self.active:
             return logits
         eng, rs = self.engine, self.req_states
-        mapping = ctx.expanded_idx_mapping.tolist()
-        pos = ctx.pos.tolist()
-        input_ids = ctx.input_ids.tolist()
+        # One device->host copy (one sync) for the three per-row vectors instead of three.
+        mapping, pos, input_ids = torch.stack(
+            (ctx.expanded_idx_mapping.long(), ctx.pos.long(), ctx.input_ids.long())).tolist()
         prompt_len, prefill_len = rs.prompt_len.np, rs.prefill_len.np
         slots = []
         for row, slot in enumerate(mapping):
