@@ -71,7 +71,7 @@ def test_interface_checks_for_v1_and_v2_runners(overlay_python):
     assert "no entry-point processors" in got[("good", "v0-per-request")].interface_errors[0]
 
 
-def _packaged(write_spec, tmp_path, plugins, wheel_dir=None) -> Path:
+def _packaged(write_spec, tmp_path, plugins) -> Path:
     spec = load_spec(write_spec(custom_spec(1, plugins=plugins), extra_files={"hooks.py": HOOKS}))
     package_spec(spec, tmp_path / "repo")
     return tmp_path / "repo"
