@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tritonpkg.frontend.errors import APIError, unknown_model
-from tritonpkg.frontend.triton import RETURN_FLAGS, TritonBackend, _tensor
+from tritonpkg.frontend.triton import RETURN_FLAGS, TritonBackend
 
 Kind = Literal["generate", "embed"]
 REFRESH_MIN_INTERVAL_S = 1.0
@@ -131,10 +131,10 @@ class Catalog:
 
     async def _probe(self, name: str) -> Kind:
         """A pooling engine answers sampling parameters with an error; a generating one with one token."""
-        tensors = [_tensor("text_input", "a"), _tensor("sampling_parameters", json.dumps({"max_tokens": 1})),
-                   _tensor("pooling_parameters", "{}")]
+        inputs = [("text_input", "a"), ("sampling_parameters", json.dumps({"max_tokens": 1})),
+                  ("pooling_parameters", "{}")]
         try:
-            async for _ in self.backend.stream(name, tensors):
+            async for _ in self.backend.infer(name, inputs):
                 pass
         except APIError as exc:
             if "embedding model" in exc.message:

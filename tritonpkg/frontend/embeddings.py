@@ -1,7 +1,7 @@
 """/v1/embeddings: one function per model kind turns texts into vectors.
 
 `embed_texts` is the one dispatch point: a new kind of embedding model (e.g. another template's
-gateway) adds a branch here, the route stays as it is."""
+gateway) adds a branch here (and its kind in catalog.classify), the route stays as it is."""
 
 from __future__ import annotations
 
@@ -16,9 +16,6 @@ from tritonpkg.frontend.errors import APIError
 from tritonpkg.frontend.protocol import EmbeddingRequest
 from tritonpkg.frontend.triton import TritonBackend
 
-EMBEDDING_KINDS = ("embed",)
-
-
 async def embed_texts(entry: ModelEntry, texts: list[str], dimensions: int | None,
                       backend: TritonBackend) -> tuple[list[np.ndarray], int | None]:
     """Texts -> (one vector per text, prompt tokens or None when the model does not count them)."""
@@ -27,7 +24,7 @@ async def embed_texts(entry: ModelEntry, texts: list[str], dimensions: int | Non
         results = await asyncio.gather(*(backend.embed(entry.name, text, pooling) for text in texts))
         counts = [n for _, n in results]
         return [v for v, _ in results], (sum(counts) if all(c is not None for c in counts) else None)  # type: ignore[arg-type]
-    raise APIError(400, f"model '{entry.name}' does not produce embeddings", param="model")
+    raise APIError(400, f"model '{entry.name}' is a {entry.kind} model, not an embedding model", param="model")
 
 
 def embeddings_body(req: EmbeddingRequest, vectors: list[np.ndarray], prompt_tokens: int | None) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
 from typing import Any
@@ -14,8 +15,13 @@ FINISH = {"stop": "stop", "length": "length"}
 MIN_LOGPROB = -9999.0  # vLLM's stand-in for -inf, which JSON cannot carry
 
 
+_PROCESS = uuid.uuid4().hex[:12]
+_COUNTER = itertools.count()
+
+
 def new_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex}"
+    """Unique per process start and request; cheaper than a uuid4 per request (measurable per request)."""
+    return f"{prefix}-{_PROCESS}{next(_COUNTER):012x}"
 
 
 def finish_reason(raw: str | None) -> str | None:
