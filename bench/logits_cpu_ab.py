@@ -1,7 +1,8 @@
 """CPU masking cost of the C++ engine's thread pool, A/B in one run: the pool that wakes every worker and
 waits for all of them (old) against the one that starts at once and never waits for a sleeping worker
-(new), and one thread (serial), each against the `fill_` floor (torch's own threads) and the floor on
-one thread. Allow-50 rows (save 50 values, fill the row with -inf, restore). Needs only torch and
+(new), one thread (serial), and the split apply (C++ saves and restores the allowed values, torch's
+own threads do the -inf fill), each against the `fill_` floor (torch's threads) and the floor on one
+thread. Allow-50 rows (save 50 values, fill the row with -inf, restore). Needs only torch and
 logits_ext (no vLLM, no xgrammar), so it also runs on machines with many idle cores.
 
     python bench/logits_cpu_ab.py [--repeats 5] [--json out.json]
@@ -31,7 +32,7 @@ def cell(b: int, v: int, repeats: int, gen: torch.Generator) -> dict[str, float]
     x = torch.randn(b, v, generator=gen)
     neg = float("-inf")
     threads = torch.get_num_threads()
-    out: dict[str, list[float]] = {k: [] for k in ("floor", "floor_1t", "old", "new", "serial")}
+    out: dict[str, list[float]] = {k: [] for k in ("floor", "floor_1t", "old", "new", "serial", "split")}
     for _ in range(repeats):  # interleaved, so drift on a shared machine hits every method alike
         out["floor"].append(timeit(lambda: x.fill_(neg)))
         torch.set_num_threads(1)
@@ -44,6 +45,7 @@ def cell(b: int, v: int, repeats: int, gen: torch.Generator) -> dict[str, float]
         core._set_pool_min_elems(1 << 62)
         out["serial"].append(timeit(lambda: eng.apply(x)))
         core._set_pool_min_elems(1 << 16)
+        out["split"].append(timeit(lambda: eng.apply_split(x)))
     return {k: statistics.median(vs) for k, vs in out.items()} | {"engine_threads": eng._core.threads()}
 
 
@@ -55,11 +57,13 @@ def main() -> None:
     gen = torch.Generator().manual_seed(0)
     rows = [{"B": b, "V": v, **cell(b, v, args.repeats, gen)} for v in VOCABS for b in BATCHES]
     print(f"allow-50 masking, median µs; torch threads {torch.get_num_threads()}, engine threads {rows[0]['engine_threads']}")
-    head = ("B", "V", "floor", "floor 1t", "old pool", "new pool", "serial", "old/floor", "new/floor", "new/old")
+    head = ("B", "V", "floor", "floor 1t", "old pool", "new pool", "serial", "split", "old/floor", "new/floor",
+            "split/floor", "new/old")
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     for r in rows:
         print(f"| {r['B']} | {r['V']} | {r['floor']:.0f} | {r['floor_1t']:.0f} | {r['old']:.0f} | {r['new']:.0f} | "
-              f"{r['serial']:.0f} | {r['old'] / r['floor']:.2f}x | {r['new'] / r['floor']:.2f}x | {r['new'] / r['old']:.2f}x |")
+              f"{r['serial']:.0f} | {r['split']:.0f} | {r['old'] / r['floor']:.2f}x | {r['new'] / r['floor']:.2f}x | "
+              f"{r['split'] / r['floor']:.2f}x | {r['new'] / r['old']:.2f}x |")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, indent=1)

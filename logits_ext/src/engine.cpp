@@ -487,6 +487,56 @@ class Engine {
     return stale;
   }
 
+  // Split apply, phase 1: settle every row, write BAN rows, and save the allowed values of ALLOW rows;
+  // returns (logits rows the caller must fill with -inf, rows left on a placeholder). The caller fills
+  // them with its own threads (torch's OpenMP pool, already hot in a decode loop), then calls
+  // apply_restore. Same result as apply(), bit for bit.
+  std::pair<std::vector<int64_t>, size_t> apply_save(uintptr_t ptr, size_t n_rows, size_t width, size_t row_stride,
+                                                     const std::vector<int64_t>& slots) {
+    if (width < static_cast<size_t>(vocab_)) throw std::invalid_argument("logits narrower than the vocabulary");
+    size_t stale = 0;
+    std::vector<Row*> target = targets(n_rows, slots, stale);
+    float* base = reinterpret_cast<float*>(ptr);
+    std::vector<int64_t> fill;
+    split_rows_.clear();
+    split_ids_.clear();
+    split_vals_.clear();
+    {
+      py::gil_scoped_release nogil;
+      Mask scratch;
+      for (size_t i = 0; i < n_rows; ++i) {
+        Row* r = target[i];
+        if (!r) continue;
+        settle(*r);
+        const Mask& m = r->c->mask(r->st, scratch);
+        float* row = base + i * row_stride;
+        if (m.mode == Mask::BAN) {
+          for (Tok t : m.ids) row[t] = kNegInf;
+        } else if (m.mode == Mask::ALLOW) {
+          fill.push_back(static_cast<int64_t>(i));
+          split_rows_.push_back({i, split_ids_.size()});
+          for (Tok t : m.ids) {
+            split_ids_.push_back(t);
+            split_vals_.push_back(row[t]);
+          }
+        }
+      }
+    }
+    split_rows_.push_back({n_rows, split_ids_.size()});
+    split_base_ = ptr;
+    split_stride_ = row_stride;
+    return {fill, stale};
+  }
+  // Split apply, phase 2: put back the values apply_save kept (the rows were filled in between).
+  void apply_restore() {
+    float* base = reinterpret_cast<float*>(split_base_);
+    for (size_t k = 0; k + 1 < split_rows_.size(); ++k) {
+      float* row = base + split_rows_[k].first * split_stride_;
+      for (size_t j = split_rows_[k].second; j < split_rows_[k + 1].second; ++j) row[split_ids_[j]] = split_vals_[j];
+    }
+    split_rows_.clear();
+  }
+
   // Packed allowed-bitmask (bit t%32 of word t/32 set = allowed) into int32 [n_rows, words]:
   // built here on the CPU, applied to device logits by one vectorised op on the Python side.
   size_t fill_bitmask(uintptr_t ptr, size_t n_rows, size_t words, const std::vector<int64_t>& slots) {
@@ -602,6 +652,11 @@ class Engine {
   std::unordered_map<std::string, int> cache_;
   std::vector<std::shared_ptr<const Constraint>> handles_;
   std::vector<Row> rows_;
+  std::vector<std::pair<size_t, size_t>> split_rows_;  // (logits row, first saved id); a sentinel ends it
+  std::vector<Tok> split_ids_;
+  std::vector<float> split_vals_;
+  uintptr_t split_base_ = 0;
+  size_t split_stride_ = 0;
   Pool pool_;
 };
 
@@ -628,6 +683,9 @@ PYBIND11_MODULE(_core, m) {
       .def("allowed", &Engine::allowed)
       .def("apply", &Engine::apply, py::arg("ptr"), py::arg("n_rows"), py::arg("width"), py::arg("row_stride"),
            py::arg("slots") = std::vector<int64_t>{})
+      .def("apply_save", &Engine::apply_save, py::arg("ptr"), py::arg("n_rows"), py::arg("width"),
+           py::arg("row_stride"), py::arg("slots") = std::vector<int64_t>{})
+      .def("apply_restore", &Engine::apply_restore)
       .def("fill_bitmask", &Engine::fill_bitmask, py::arg("ptr"), py::arg("n_rows"), py::arg("words"),
            py::arg("slots") = std::vector<int64_t>{})
       .def("restart", &Engine::restart)

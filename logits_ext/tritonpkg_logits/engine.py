@@ -80,6 +80,22 @@ class Engine:
             raise ValueError("Engine.apply needs a 2-D CPU float32 tensor with contiguous rows; use apply_any()")
         return self._core.apply(logits.data_ptr(), logits.shape[0], logits.shape[1], logits.stride(0), list(slots or ()))
 
+    def apply_split(self, logits, slots: Sequence[int] | None = None) -> int:
+        """apply() with the -inf fill of restricted rows done by torch (its OpenMP threads stay hot in a
+        decode loop; this engine's pool sleeps between steps). Same result, bit for bit."""
+        import torch
+
+        if logits.device.type != "cpu" or logits.dtype != torch.float32 or logits.dim() != 2 or logits.stride(1) != 1:
+            raise ValueError("Engine.apply_split needs a 2-D CPU float32 tensor with contiguous rows")
+        rows, stale = self._core.apply_save(logits.data_ptr(), logits.shape[0], logits.shape[1], logits.stride(0),
+                                            list(slots or ()))
+        if len(rows) == logits.shape[0]:
+            logits.fill_(float("-inf"))
+        elif rows:
+            logits.index_fill_(0, torch.tensor(rows), float("-inf"))
+        self._core.apply_restore()
+        return stale
+
     def bitmask(self, n_rows: int, slots: Sequence[int] | None = None, out=None):
         """Packed int32 [n_rows, ceil(V/32)] allowed-bitmask built on the CPU (bit set = allowed)."""
         import torch

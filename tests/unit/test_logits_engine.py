@@ -116,10 +116,14 @@ def test_engine_matches_reference_over_random_batches(data, n_rows):
             truncated.clear()
             seed = data.draw(st.integers(0, 2**31 - 1))
             logits = torch.randn(n_rows, V, generator=torch.Generator().manual_seed(seed))
-            mine, theirs, packed = logits.clone(), logits.clone(), logits.clone()
-            eng.apply(mine)
+            mine, theirs, packed, split = logits.clone(), logits.clone(), logits.clone(), logits.clone()
+            # either one brings the rows' states up to date first; both must match the reference
+            first, second = ((eng.apply, mine), (eng.apply_split, split))[::data.draw(st.sampled_from([1, -1]))]
+            first[0](first[1])
+            second[0](second[1])
             ref.apply(theirs)
             assert torch.equal(mine, theirs)
+            assert torch.equal(split, theirs)
             apply_bitmask(packed, eng.bitmask(n_rows), V)
             assert torch.equal(packed, theirs)
             for r in ref.rows:
