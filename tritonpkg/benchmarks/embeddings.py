@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +28,9 @@ import numpy as np
 from tritonpkg import paths
 
 INFINITY_VENV = paths.PROJECT_ROOT / ".tritonpkg" / "bench-venvs" / "infinity"
-INFINITY_REQUIREMENT = "infinity-emb[torch,server]==0.0.78"
+# torch pinned like the toolkit's own: the same CPU build for every system, and pip takes it from the
+# machine's wheel directory where there is one instead of a CUDA build.
+INFINITY_REQUIREMENTS = ("infinity-emb[torch,server]==0.0.78", "torch==2.13.0")
 WORDS = ("hello", "world", "river", "house", "green", "music", "light", "table", "water", "paper", "stone", "cloud")
 MAX_POSITIONS = 512
 
@@ -163,38 +163,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 600) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}; log {log}:\n{log.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=1) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    raise RuntimeError(f"{url} not ready within {timeout} s; log {log}")
-
-
 @contextmanager
-def process(cmd: list[str], health: str, env: dict[str, str] | None = None) -> Iterator[None]:
+def process(cmd: list[str], health: str, env: dict[str, str] | None = None, timeout: float = 600) -> Iterator[None]:
+    """A baseline server in its own process group (the runtime's supervisor), until `health` answers 200."""
+    from tritonpkg.runtime import rest
+    from tritonpkg.runtime.supervisor import ProcessGroup
+
     log = Path(tempfile.mkstemp(prefix="bench-embeddings-", suffix=".log")[1])
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, **(env or {})})
+    group = ProcessGroup(cmd, {**os.environ, **(env or {})}, log)
+    group.start()
     try:
-        wait_http(health, proc, log)
+        deadline = time.monotonic() + timeout
+        while not rest.ok(health):
+            if group.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{cmd[0]} did not become ready (exit {group.poll()}); log {log}:\n"
+                                   f"{log.read_text()[-2000:]}")
+            time.sleep(0.5)
         yield
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(30)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        group.stop()
 
 
 @contextmanager
@@ -229,9 +216,10 @@ def infinity_installed() -> bool:
 
 
 def install_infinity(log: Callable[[str], None]) -> None:
-    log(f"installing {INFINITY_REQUIREMENT} into {INFINITY_VENV} (its own virtualenv: it conflicts with vLLM's stack)")
+    log(f"installing {' '.join(INFINITY_REQUIREMENTS)} into {INFINITY_VENV} (its own virtualenv: it conflicts "
+        "with vLLM's stack)")
     subprocess.run([sys.executable, "-m", "venv", str(INFINITY_VENV)], check=True)
-    subprocess.run([str(INFINITY_VENV / "bin" / "pip"), "install", "-q", INFINITY_REQUIREMENT], check=True)
+    subprocess.run([str(INFINITY_VENV / "bin" / "pip"), "install", "-q", *INFINITY_REQUIREMENTS], check=True)
 
 
 @contextmanager
@@ -239,7 +227,7 @@ def infinity_server(weights: Path) -> Iterator[str]:
     port = free_port()
     cmd = [str(INFINITY_VENV / "bin" / "infinity_emb"), "v2", "--model-id", str(weights), "--served-model-name",
            "minilm", "--port", str(port), "--host", "127.0.0.1", "--engine", "torch", "--device", "cpu",
-           "--no-bettertransformer"]
+           "--no-bettertransformer", "--no-compile"]  # no optimum here; torch.compile would take minutes on 2 cores
     with process(cmd, f"http://127.0.0.1:{port}/health"):
         yield f"http://127.0.0.1:{port}"
 
@@ -278,6 +266,7 @@ async def run_system(system: System, settings: Settings) -> list[Row]:
         text = [text_of(tokens, 1)]
         rows.append(Row(f"latency batch 1 @ {tokens} tok", system.name, await latency(system, lambda: system.embed(text), n)))
     rows.append(Row("latency batch 1 @ 4096 tok", system.name, note="n/a: MiniLM has 512 positions"))
+    settings.log(f"  {system.name}: latency done")
     for docs in (5, 25, 50):
         scenario = f"scoring {docs} docs @ 512 tok"
         if not system.can_score:
@@ -289,11 +278,13 @@ async def run_system(system: System, settings: Settings) -> list[Row]:
                                                                   max(5, n // (docs // 5 + 1)))))
         except Exception as exc:  # noqa: BLE001 - a baseline without a working score route is reported, not fatal
             rows.append(Row(scenario, system.name, note=f"failed: {str(exc)[:60]}"))
+    settings.log(f"  {system.name}: scoring done")
     batch = [text_of(512, i) for i in range(100)]
     wall, _ = await concurrent(lambda i: system.embed(batch), 4, settings.throughput_rounds)
     rows.append(Row("throughput batch 100 x 4 clients @ 512 tok", system.name,
                     {"emb_per_s": 100 * 4 * settings.throughput_rounds / wall}))
     rows.append(Row("throughput batch 100 x 4 clients @ 1024 tok", system.name, note="n/a: MiniLM has 512 positions"))
+    settings.log(f"  {system.name}: throughput done")
     for c in (1, 2, 4, 8, 16):
         per_client = 5 if settings.quick else 20
         wall, samples = await concurrent(lambda i: system.embed([text_of(512, i)]), c, per_client)

@@ -3,19 +3,25 @@ CUDA-graph buckets and event-backed result handles.
 
 It imports only the standard library, numpy and torch, and its modules import each other relatively,
 so the packager can copy this folder beside a template's model.py (Triton's Python stub has no
-tritonpkg on its path in NVIDIA's images) and a GPU machine with only torch can run it."""
+tritonpkg on its path in NVIDIA's images) and a GPU machine with only torch can run it. Names load on
+first use: the gateway needs the tokenization rules without paying for torch."""
 
-from .batcher import Ticket, TokenBudgetBatcher, Work
-from .engine import EmbeddingEngine
-from .errors import EmbeddingInputError
-from .graphs import BucketCache, bucket_tokens
-from .handles import ResultHandle
-from .options import cosine_scores, finish_vectors
-from .packing import Packed, length_groups, pack
-from .tokenize import encode_texts
+from __future__ import annotations
 
-__all__ = [
-    "BucketCache", "EmbeddingEngine", "EmbeddingInputError", "Packed", "ResultHandle", "Ticket",
-    "TokenBudgetBatcher", "Work", "bucket_tokens", "cosine_scores", "encode_texts", "finish_vectors",
-    "length_groups", "pack",
-]
+import importlib
+from typing import Any
+
+_WHERE = {
+    "Ticket": "batcher", "TokenBudgetBatcher": "batcher", "Work": "batcher",
+    "EmbeddingEngine": "engine", "EmbeddingInputError": "errors",
+    "BucketCache": "graphs", "bucket_tokens": "graphs", "ResultHandle": "handles",
+    "cosine_scores": "options", "finish_vectors": "options",
+    "Packed": "packing", "length_groups": "packing", "pack": "packing", "encode_texts": "tokenize",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
