@@ -217,3 +217,15 @@ def test_validate_warns_when_files_drift_from_the_lock(write_spec, tmp_path):
     (tmp_path / "r" / "double" / "1" / "hooks.py").write_text("def model(inputs):\n    return inputs\n")
     drift = [p for p in validate_repository(tmp_path / "r").problems if p.rule == "lock.drift"]
     assert [(p.file, p.severity) for p in drift] == [("double/1/hooks.py", "warning")]
+
+
+def test_the_lock_records_how_the_package_asks_to_be_served(write_spec, tmp_path):
+    """`tritonpkg serve` reads execution_mode and openai from here (tritonpkg.runtime.startup.packaged_serving)."""
+    from tritonpkg.runtime.startup import packaged_serving
+
+    repo = tmp_path / "r"
+    package_spec(load_spec(write_spec(custom_spec(1, execution_mode="separate", openai=True),
+                                      extra_files={"hooks.py": HOOKS})), repo)
+    lock = json.loads((repo / LOCK_NAME).read_text())
+    assert lock["models"]["double"]["versions"]["1"]["serving"] == {"execution_mode": "separate", "openai": True}
+    assert packaged_serving(lock) == ("separate", True)
