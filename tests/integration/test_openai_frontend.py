@@ -11,6 +11,7 @@ import base64
 import json
 import subprocess
 import sys
+import time
 import urllib.request
 
 import jsonschema
@@ -46,6 +47,9 @@ def repo(tmp_path_factory):
     subprocess.run([sys.executable, str(TINY / "make_tiny_llm.py"), "--out", str(weights)], check=True, timeout=300)
     spec = yaml.safe_load((TINY / "tritonpkg.yaml").read_text())
     spec["weights"] = str(weights)
+    # vLLM's metrics show what a cancelled stream cost; a context of 512 (the tiny model's maximum) makes
+    # a long generation outlast the backend's cancellation poll
+    spec["engine_args"].update(disable_log_stats=False, max_model_len=512, max_num_batched_tokens=512)
     (root / "tiny").mkdir()
     (root / "tiny" / "tritonpkg.yaml").write_text(yaml.safe_dump(spec))
     repo = root / "repository"
@@ -57,11 +61,18 @@ def repo(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def triton(repo):
+def metrics_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("prometheus-multiproc")
+
+
+@pytest.fixture(scope="module")
+def triton(repo, metrics_dir):
     from tritonpkg.runtime import TritonServer, ensure_runtime
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+        mp.setenv("PROMETHEUS_MULTIPROC_DIR", str(metrics_dir))
+        mp.setenv("TRITONPKG_VLLM_CANCEL_POLL", "0.2")  # the backend notices a cancelled request within 0.2 s
         with TritonServer(repo, runtime=ensure_runtime(), startup_timeout=600) as srv:
             yield srv
 
@@ -163,6 +174,41 @@ def test_streamed_chat_joins_to_the_same_content(client):
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == whole.choices[0].message.content
     assert chunks[-1].choices[0].finish_reason == "length"
     assert all(c.object == "chat.completion.chunk" and c.id == chunks[0].id for c in chunks)
+
+
+def vllm_sample(metrics_dir, name: str) -> float:
+    """The tiny model's value of one vLLM metric, from the multiprocess files the backend writes."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(metrics_dir))
+    return sum(s.value for m in registry.collect() for s in m.samples
+               if s.name == name and "weights" in s.labels.get("model_name", ""))
+
+
+def test_a_client_that_leaves_a_stream_aborts_its_generation(frontend, metrics_dir):
+    import httpx
+
+    """Closing the HTTP connection cancels the request's own gRPC call; Triton tells the backend, which
+    aborts the vLLM request: far fewer tokens are generated than asked for."""
+    max_tokens = 480
+    before = vllm_sample(metrics_dir, "vllm:generation_tokens_total")
+    body = {"model": MODEL, "prompt": "hi", "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
+            "stream": True}
+    with httpx.stream("POST", f"{frontend.url}/v1/completions", json=body, timeout=60) as response:
+        assert response.status_code == 200
+        events = 0
+        for line in response.iter_lines():
+            events += line.startswith("data:")
+            if events == 2:
+                break  # leaving the block closes the connection mid-stream
+    deadline = time.monotonic() + 20
+    while vllm_sample(metrics_dir, "vllm:num_requests_running") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert vllm_sample(metrics_dir, "vllm:num_requests_running") == 0
+    generated = vllm_sample(metrics_dir, "vllm:generation_tokens_total") - before
+    assert 0 < generated < max_tokens, generated
 
 
 def test_json_schema_responses_validate(client):

@@ -221,3 +221,17 @@ def test_default_max_tokens_is_the_context_left():
     with pytest.raises(APIError) as info:
         default_max_tokens(16, 16, "messages")
     assert info.value.param == "messages"
+
+
+def test_requests_carry_raw_tensors_and_ask_for_the_final_flag():
+    from tritonclient.utils import deserialize_bytes_tensor
+
+    from tritonpkg.frontend.triton import build_request
+
+    request = build_request("m", "fe-7", [("text_input", "héllo"), ("stream", True), ("exclude_input_in_output", False)])
+    assert request.model_name == "m" and request.id == "fe-7"
+    assert [(t.name, t.datatype, list(t.shape)) for t in request.inputs] == [
+        ("text_input", "BYTES", [1]), ("stream", "BOOL", [1]), ("exclude_input_in_output", "BOOL", [1])]
+    assert deserialize_bytes_tensor(request.raw_input_contents[0])[0] == "héllo".encode()
+    assert list(request.raw_input_contents[1:]) == [b"\x01", b"\x00"]
+    assert request.parameters["triton_enable_empty_final_response"].bool_param

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from tritonpkg.frontend.errors import APIError, unknown_model
 from tritonpkg.frontend.triton import RETURN_FLAGS, TritonBackend
+from tritonpkg.gateway.frontend_bridge import is_template_embedding
 
 Kind = Literal["generate", "embed"]
 REFRESH_MIN_INTERVAL_S = 1.0
@@ -54,6 +55,8 @@ class ModelEntry:
 
 def classify(config: dict[str, Any], engine_args: dict[str, Any] | None) -> Kind | None:
     """The frontend route family a Triton model belongs to; None: not served by this frontend."""
+    if is_template_embedding(config):
+        return "embed"  # the `embedding` template: served through tritonpkg.gateway
     if config.get("backend") != "vllm":
         return None
     if engine_args is None:

@@ -15,10 +15,13 @@ from tritonpkg.frontend.catalog import ModelEntry
 from tritonpkg.frontend.errors import APIError
 from tritonpkg.frontend.protocol import EmbeddingRequest
 from tritonpkg.frontend.triton import TritonBackend
+from tritonpkg.gateway.frontend_bridge import embed as gateway_embed
 
 async def embed_texts(entry: ModelEntry, texts: list[str], dimensions: int | None,
                       backend: TritonBackend) -> tuple[list[np.ndarray], int | None]:
     """Texts -> (one vector per text, prompt tokens or None when the model does not count them)."""
+    if entry.kind == "embed" and entry.backend == "python":  # `embedding` template: the gateway (overload -> 429)
+        return await gateway_embed(backend.url, entry.name, entry.source, texts, dimensions)
     if entry.kind == "embed":
         pooling = {"dimensions": dimensions} if dimensions is not None else {}
         results = await asyncio.gather(*(backend.embed(entry.name, text, pooling) for text in texts))

@@ -97,6 +97,15 @@ def parse_output(result: InferResult) -> Output:
     )
 
 
+async def _get(inbox: asyncio.Queue, deadline: float):
+    """inbox.get() by a loop-time deadline; asyncio.timeout_at (3.11+) creates no task per wait, wait_for does."""
+    timeout_at = getattr(asyncio, "timeout_at", None)
+    if timeout_at is not None:
+        async with timeout_at(deadline):
+            return await inbox.get()
+    return await asyncio.wait_for(inbox.get(), max(0.0, deadline - asyncio.get_running_loop().time()))
+
+
 def _is_final(response) -> bool:
     return bool(response.error_message) or response.infer_response.parameters[FINAL].bool_param
 
@@ -144,11 +153,10 @@ class _SharedStream:
         self._waiting[request.id] = inbox
         try:
             self._open().put_nowait(request)
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + timeout
+            deadline = asyncio.get_running_loop().time() + timeout
             while True:
                 try:
-                    item = await asyncio.wait_for(inbox.get(), max(0.0, deadline - loop.time()))
+                    item = await _get(inbox, deadline)
                 except asyncio.TimeoutError:
                     raise APIError(504, f"Triton did not answer within {timeout:g} s") from None
                 if isinstance(item, APIError):
