@@ -42,7 +42,7 @@ def repo(tmp_path_factory):
     data = yaml.safe_load(specs["embed"].read_text())
     data["name"] = MRL
     data["python"]["instance_count"] = 1
-    data["python"]["parameters"].update(matryoshka_dimensions=[128, 256], truncate=False)
+    data["python"]["parameters"].update(matryoshka_dimensions=[128, 256], truncate=False, max_inflight_tokens=2500)
     (root / "mrl").mkdir()
     (root / "mrl" / "tritonpkg.yaml").write_text(yaml.safe_dump(data))
     package_spec(load_spec(root / "mrl"), repo)
@@ -55,6 +55,17 @@ def server(repo):
 
     with TritonServer(repo, runtime=ensure_runtime(), startup_timeout=180) as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def frontend(server, repo):
+    """The OpenAI frontend over the same Triton; it sends `embedding`-template models through the gateway."""
+    import openai
+
+    from tritonpkg.frontend import FrontendServer, FrontendSettings
+
+    with FrontendServer(FrontendSettings(triton_grpc_url=server.grpc_url, port=0, model_repository=repo)) as fe:
+        yield openai.OpenAI(base_url=f"{fe.url}/v1", api_key="unused", max_retries=0, timeout=120)
 
 
 @pytest.fixture(scope="module")
@@ -184,6 +195,36 @@ def test_overload_is_refused_with_a_clear_error(server):
     served = [o for o in outcomes if not isinstance(o, BaseException)]
     assert refused and served and len(refused) + len(served) == 6
     assert "tokens in flight" in str(refused[0]) and "retry" in str(refused[0])
+
+
+def test_openai_embeddings_route_goes_through_the_gateway(frontend, st):
+    import openai
+
+    got = frontend.embeddings.create(model="minilm_embed", input=TEXTS[:12])
+    vectors = np.array([d.embedding for d in got.data])
+    assert cosines(vectors, st.encode(TEXTS[:12], normalize_embeddings=True)).min() >= 0.999
+    assert got.usage.prompt_tokens == sum(len(st.tokenizer(t)["input_ids"]) for t in TEXTS[:12])
+    with pytest.raises(openai.BadRequestError, match="not a Matryoshka model"):
+        frontend.embeddings.create(model="minilm_embed", input=["hi"], dimensions=128)
+    assert len(frontend.embeddings.create(model=MRL, input=["hi"], dimensions=128).data[0].embedding) == 128
+
+
+def test_openai_embeddings_route_answers_429_when_the_gateway_is_overloaded(frontend):
+    import concurrent.futures
+
+    import openai
+
+    def call(_):
+        try:
+            frontend.embeddings.create(model=MRL, input=TEXTS)  # ~1700 tokens; MRL's gateway takes 2500 in flight
+            return 200
+        except openai.RateLimitError as exc:
+            assert "tokens in flight" in str(exc) and "retry" in str(exc)
+            return 429
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        statuses = list(pool.map(call, range(4)))
+    assert 200 in statuses and 429 in statuses
 
 
 @pytest.mark.parametrize("n_docs", [5, 25, 50])

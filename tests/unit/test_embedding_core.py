@@ -186,3 +186,16 @@ def test_random_bert_is_deterministic_per_seed():
     a, b = PackedBert.random(SMALL, seed=3), PackedBert.random(SMALL, seed=3)
     ids = pack([[1, 2, 3]])
     assert torch.equal(a.encode(ids), b.encode(ids))
+
+
+def test_equal_length_neighbours_attend_through_a_view_and_match_one_by_one():
+    from tritonpkg.embedding.packing import group_indices
+
+    model = PackedBert.random(SMALL)
+    seqs = [[1 + i, 2, 3, 4, 5] for i in range(4)] + [[7], [9, 9, 9, 9, 9]]
+    groups = group_indices([len(s) for s in seqs])
+    assert groups[0].span is None and groups[0].valid is not None  # lengths equal but not side by side
+    assert [g.span for g in groups[1:]] == [(20, 1, 1)]
+    assert group_indices([5, 5, 5])[0].span == (0, 3, 5)
+    batch = model.encode(pack(seqs))
+    assert torch.allclose(batch, torch.cat([model.encode(pack([s])) for s in seqs]), atol=1e-5)

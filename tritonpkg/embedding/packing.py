@@ -78,11 +78,13 @@ def length_groups(lengths: Sequence[int], max_waste: float = 0.125) -> list[list
 @dataclass
 class GroupIndex:
     """Gather/scatter indices of one length group: `gather[g, l]` is the packed token at row g, column l
-    (0 where l is past the row's length), `valid` marks the real ones."""
+    (0 where l is past the row's length), `valid` marks the real ones. A group of equal-length sequences
+    lying next to each other in the packing is a plain view instead: `span` = (first token, rows, width)."""
 
-    gather: torch.Tensor  # [G, L] int64
-    valid: torch.Tensor  # [G, L] bool
-    tokens: torch.Tensor  # [n] packed positions of the valid entries, row-major
+    gather: torch.Tensor | None  # [G, L] int64
+    valid: torch.Tensor | None  # [G, L] bool
+    tokens: torch.Tensor | None  # [n] packed positions of the valid entries, row-major
+    span: tuple[int, int, int] | None = None
 
 
 def group_indices(lengths: Sequence[int], max_waste: float = 0.125,
@@ -93,6 +95,10 @@ def group_indices(lengths: Sequence[int], max_waste: float = 0.125,
     out = []
     for group in length_groups(lengths, max_waste):
         width = lengths[group[0]]
+        ordered = sorted(group)
+        if all(lengths[i] == width for i in group) and ordered == list(range(ordered[0], ordered[0] + len(group))):
+            out.append(GroupIndex(None, None, None, span=(starts[ordered[0]], len(group), width)))
+            continue
         col = torch.arange(width)
         start = torch.tensor([starts[i] for i in group]).unsqueeze(1)
         length = torch.tensor([lengths[i] for i in group]).unsqueeze(1)

@@ -81,7 +81,8 @@ class EmbeddingGateway:
         max_length = settings.get("max_length") or json.loads((weights / "config.json").read_text()).get(
             "max_position_embeddings", 512)
         kwargs = {"token_budget": settings["token_budget"], "max_length": int(max_length),
-                  "truncate": settings["truncate"], **overrides}
+                  "truncate": settings["truncate"], "max_inflight_tokens": settings.get("max_inflight_tokens", 65536),
+                  **overrides}
         return cls(grpc_urls, settings["model"], weights, **kwargs)
 
     def _client(self) -> Any:

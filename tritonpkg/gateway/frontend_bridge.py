@@ -4,6 +4,7 @@ them from their Triton config, one gateway per model version, and gateway errors
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import numpy as np
 from tritonpkg.gateway.admission import GatewayOverloaded
 from tritonpkg.gateway.client import EmbeddingGateway, GatewayRequestError, GatewayUnavailable
 
-_GATEWAYS: dict[tuple[str, str, str], EmbeddingGateway] = {}
+_GATEWAYS: dict[tuple[int, str, str, str], EmbeddingGateway] = {}
 
 
 def is_template_embedding(config: dict[str, Any]) -> bool:
@@ -28,7 +29,7 @@ def gateway_for(grpc_url: str, name: str, version_dir: Path | None) -> Embedding
     if version_dir is None:
         raise APIError(503, f"model '{name}' is served through the embedding gateway, which needs the model "
                             "repository: start the frontend with --model-repository", param="model")
-    key = (grpc_url, name, str(version_dir))
+    key = (id(asyncio.get_running_loop()), grpc_url, name, str(version_dir))  # gRPC aio clients are per loop
     if key not in _GATEWAYS:
         _GATEWAYS[key] = EmbeddingGateway.for_model([grpc_url], version_dir)
     return _GATEWAYS[key]
