@@ -2,8 +2,9 @@
 Triton gRPC streams) and directly (text), against sentence-transformers on all-MiniLM-L6-v2.
 
 One server for the module with three Python-backend models (no vLLM engine): the example's embedding
-model (2 instances, 512-token budget), a copy that declares Matryoshka sizes and refuses over-long
-inputs by default, and the example's scoring model."""
+model (512-token budget), a copy that declares Matryoshka sizes, refuses over-long inputs by default and
+lets its gateway hold only 2500 tokens in flight, and the example's scoring model; the OpenAI frontend
+runs in front of the same server."""
 
 from __future__ import annotations
 

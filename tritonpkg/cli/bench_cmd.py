@@ -39,4 +39,4 @@ def embeddings(
     if as_json:
         print_json({"rows": [asdict(r) for r in rows], "skipped": skipped})
     else:
-        console.print(bench.table(rows, skipped))
+        console.print(bench.table(rows, skipped), width=max(console.width, 170))  # 9 columns: never squeeze
