@@ -41,21 +41,10 @@ class Settings:
     systems: tuple[str, ...] = ("tritonpkg", "floor", "vllm", "infinity")
     log: Callable[[str], None] = print
 
-    @property
-    def latency_requests(self) -> int:
-        return 30 if self.quick else 200
-
-    @property
-    def throughput_rounds(self) -> int:
-        return 1 if self.quick else 3
-
-    @property
-    def scoring_requests(self) -> int:
-        return 2 if self.quick else 10
-
-    @property
-    def concurrency_per_client(self) -> int:
-        return 2 if self.quick else 20
+    def count(self, what: str) -> int:
+        """How many requests (or rounds) a scenario makes: (quick, full)."""
+        quick, full = {"latency": (30, 200), "throughput": (1, 3), "scoring": (2, 10), "concurrency": (2, 20)}[what]
+        return quick if self.quick else full
 
 
 @dataclass
@@ -271,7 +260,7 @@ async def concurrent(call: Callable[[int], Awaitable[None]], clients: int, per_c
 
 async def run_system(system: System, settings: Settings) -> list[Row]:
     rows: list[Row] = []
-    n = settings.latency_requests
+    n = settings.count("latency")
 
     def add(row: Row) -> None:
         rows.append(row)
@@ -291,18 +280,18 @@ async def run_system(system: System, settings: Settings) -> list[Row]:
         query, documents = text_of(16, 3), [text_of(512, i) for i in range(docs)]
         try:
             add(Row(scenario, system.name, await latency(system, lambda: system.score(query, documents),
-                                                                  settings.scoring_requests)))
+                                                                  settings.count("scoring"))))
         except Exception as exc:  # noqa: BLE001 - a baseline without a working score route is reported, not fatal
             add(Row(scenario, system.name, note=f"failed: {str(exc)[:60]}"))
     settings.log(f"  {system.name}: scoring done")
     batch = [text_of(512, i) for i in range(100)]
-    wall, _ = await concurrent(lambda i: system.embed(batch), 4, settings.throughput_rounds)
+    wall, _ = await concurrent(lambda i: system.embed(batch), 4, settings.count("throughput"))
     add(Row("throughput batch 100 x 4 clients @ 512 tok", system.name,
-                    {"emb_per_s": 100 * 4 * settings.throughput_rounds / wall}))
+                    {"emb_per_s": 100 * 4 * settings.count("throughput") / wall}))
     add(Row("throughput batch 100 x 4 clients @ 1024 tok", system.name, note="n/a: MiniLM has 512 positions"))
     settings.log(f"  {system.name}: throughput done")
     for c in (1, 2, 4, 8, 16):
-        per_client = settings.concurrency_per_client
+        per_client = settings.count("concurrency")
         wall, samples = await concurrent(lambda i: system.embed([text_of(512, i)]), c, per_client)
         add(Row(f"concurrency {c:>2} x batch 1 @ 512 tok", system.name,
                         {"req_per_s": c * per_client / wall, **percentiles(samples)}))
