@@ -235,3 +235,11 @@ def test_requests_carry_raw_tensors_and_ask_for_the_final_flag():
     assert deserialize_bytes_tensor(request.raw_input_contents[0])[0] == "héllo".encode()
     assert list(request.raw_input_contents[1:]) == [b"\x01", b"\x00"]
     assert request.parameters["triton_enable_empty_final_response"].bool_param
+
+
+def test_a_template_bos_is_dropped_only_when_the_engine_adds_one_itself():
+    from tritonpkg.frontend.mapping import without_added_bos
+
+    assert without_added_bos("<s><|user|>\nhi", "<s>") == "<|user|>\nhi"
+    assert without_added_bos("<s><|user|>\nhi", None) == "<s><|user|>\nhi"  # tokenizer adds no BOS (tiny model)
+    assert without_added_bos("<|user|>\nhi", "<s>") == "<|user|>\nhi"

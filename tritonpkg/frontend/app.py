@@ -20,7 +20,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from tritonpkg.frontend.catalog import Catalog, ModelEntry
 from tritonpkg.frontend.embeddings import embed_texts, embeddings_body, input_texts
 from tritonpkg.frontend.errors import APIError, field_path
-from tritonpkg.frontend.mapping import Plan, chat_messages, chat_plan, completion_plan, default_max_tokens
+from tritonpkg.frontend.mapping import (Plan, chat_messages, chat_plan, completion_plan, default_max_tokens,
+                                        without_added_bos)
 from tritonpkg.frontend.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 from tritonpkg.frontend.responses import chat_body, completion_body, new_id
 from tritonpkg.frontend.settings import FrontendSettings
@@ -180,7 +181,7 @@ def _render_chat(entry: ModelEntry, body: ChatCompletionRequest, plan: Plan) -> 
     except Exception as exc:  # noqa: BLE001 - a template's own error (e.g. a role it refuses) is the request's
         raise APIError(400, f"the chat template of model '{entry.name}' refused the messages: {exc}",
                        param="messages") from None
-    return prompt, len(tokenizer.encode(prompt, add_special_tokens=False))
+    return without_added_bos(prompt, entry.bos_added), len(tokenizer.encode(prompt, add_special_tokens=False))
 
 
 async def _start(be: TritonBackend, entry: ModelEntry, plan: Plan, prompt: str):

@@ -37,6 +37,7 @@ class ModelEntry:
     source: Path | None = None  # the version folder, when the repository is known
     tokenizer: Any = field(default=None, repr=False)
     tokenizer_error: str | None = None
+    bos_added: str | None = None  # the BOS text the engine's tokenizer puts before every prompt, if any
 
     @property
     def max_model_len(self) -> int | None:
@@ -162,5 +163,8 @@ def load_tokenizer(entry: ModelEntry) -> None:
         from transformers import AutoTokenizer
 
         entry.tokenizer = AutoTokenizer.from_pretrained(path)
+        bos_id = entry.tokenizer.bos_token_id
+        if bos_id is not None and entry.tokenizer("a").input_ids[:1] == [bos_id]:
+            entry.bos_added = entry.tokenizer.bos_token
     except Exception as exc:  # noqa: BLE001 - any loader failure is reported per request
         entry.tokenizer_error = f"could not load the tokenizer of model '{entry.name}' from {path}: {exc}"

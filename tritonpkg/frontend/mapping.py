@@ -189,3 +189,12 @@ def default_max_tokens(max_model_len: int | None, prompt_tokens: int, param: str
         raise APIError(400, f"the prompt has {prompt_tokens} tokens; this model's context is {max_model_len}",
                        param=param)
     return max_model_len - prompt_tokens
+
+
+def without_added_bos(prompt: str, bos_added: str | None) -> str:
+    """A chat template that writes the BOS token itself, sent to a backend that tokenizes with special
+    tokens (vLLM's renderer does), would start with two BOS tokens; vLLM's own OpenAI server avoids that
+    by tokenizing chat prompts without special tokens. Dropping the template's BOS text is equivalent."""
+    if bos_added and prompt.startswith(bos_added):
+        return prompt[len(bos_added):]
+    return prompt
