@@ -11,6 +11,7 @@ MiniLM has 512 positions, so the issue's 1024- and 4096-token rows are reported 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import statistics
@@ -221,9 +222,23 @@ def install_infinity(log: Callable[[str], None]) -> None:
     subprocess.run([str(INFINITY_VENV / "bin" / "pip"), "install", "-q", *INFINITY_REQUIREMENTS], check=True)
 
 
+def full_length_copy(weights: Path, folder: Path) -> Path:
+    """The checkpoint with sentence_bert_config.json's max_seq_length raised to the model's 512 positions
+    (other files linked). Without it sentence-transformers-based servers cut inputs at 256 tokens, and
+    a "512-token" row would measure half the work."""
+    for item in weights.iterdir():
+        (folder / item.name).symlink_to(item)
+    config = folder / "sentence_bert_config.json"
+    data = json.loads(config.read_text())
+    config.unlink()
+    config.write_text(json.dumps({**data, "max_seq_length": MAX_POSITIONS}))
+    return folder
+
+
 @contextmanager
-def infinity_server(weights: Path) -> Iterator[str]:
+def infinity_server(weights: Path, work: Path) -> Iterator[str]:
     port = free_port()
+    weights = full_length_copy(weights, work)
     cmd = [str(INFINITY_VENV / "bin" / "infinity_emb"), "v2", "--model-id", str(weights), "--served-model-name",
            "minilm", "--port", str(port), "--host", "127.0.0.1", "--engine", "torch", "--device", "cpu",
            "--no-bettertransformer", "--no-compile"]  # no optimum here; torch.compile would take minutes on 2 cores
@@ -327,7 +342,7 @@ def run_one(name: str, settings: Settings, weights: Path) -> list[Row]:
             base = stack.enter_context(vllm_server(weights))
             factory = lambda: OpenAIServer("vLLM server (pooling)", base + "/v1", "minilm", base + "/score")  # noqa: E731
         elif name == "infinity":
-            base = stack.enter_context(infinity_server(weights))
+            base = stack.enter_context(infinity_server(weights, Path(tmp)))
             factory = lambda: OpenAIServer("infinity-emb", base, "minilm")  # noqa: E731
         else:
             raise ValueError(f"unknown system {name!r}")
