@@ -39,4 +39,7 @@ def embeddings(
     if as_json:
         print_json({"rows": [asdict(r) for r in rows], "skipped": skipped})
     else:
-        console.print(bench.table(rows, skipped), width=max(console.width, 170))  # 9 columns: never squeeze
+        from rich.console import Console
+
+        wide = console if console.is_terminal and console.width >= 170 else Console(width=170)  # 9 columns
+        wide.print(bench.table(rows, skipped))
