@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import typer
 
-from tritonpkg.cli import (bench_cmd, compat_cmd, demo_cmd, materialize_cmd, package_cmd, runtime_cmd, serve_cmd,
-                           spec_cmd, validate_cmd)
-from tritonpkg.cli import deploy_cmd
-from tritonpkg.cli import frontend_cmd
+from tritonpkg.cli import (bench_cmd, compat_cmd, demo_cmd, deploy_cmd, frontend_cmd, materialize_cmd, package_cmd,
+                           runtime_cmd, serve_cmd, spec_cmd, validate_cmd)
 
 app = typer.Typer(
     name="tritonpkg",
