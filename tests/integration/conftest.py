@@ -68,3 +68,25 @@ def python_server(python_repo):
 
     with TritonServer(python_repo, runtime=ensure_runtime(), startup_timeout=180) as server:
         yield server
+
+
+def package_tiny_llm_and_minilm(root: Path, **engine_args) -> Path:
+    """The tiny LLM (weights made offline, `engine_args` over the example's) and MiniLM on vLLM's pooling
+    runner, packaged into one repository under `root`."""
+    import subprocess
+    import sys
+
+    weights = root / "weights"
+    subprocess.run([sys.executable, str(EXAMPLES / "tiny-llm" / "make_tiny_llm.py"), "--out", str(weights)],
+                   check=True, timeout=300)
+    spec = yaml.safe_load((EXAMPLES / "tiny-llm" / "tritonpkg.yaml").read_text())
+    spec["weights"] = str(weights)
+    spec["engine_args"].update(engine_args)
+    (root / "tiny").mkdir()
+    (root / "tiny" / "tritonpkg.yaml").write_text(yaml.safe_dump(spec))
+    repo = root / "repository"
+    package_spec(load_spec(root / "tiny"), repo)
+    subprocess.run([sys.executable, str(EXAMPLES / "minilm-embeddings" / "locate_weights.py"), "--write-spec",
+                    str(root / "minilm")], check=True, timeout=60)
+    package_spec(load_spec(root / "minilm"), repo)
+    return repo

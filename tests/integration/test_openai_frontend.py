@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
 import sys
 import time
 import urllib.request
@@ -17,15 +16,14 @@ import urllib.request
 import jsonschema
 import numpy as np
 import pytest
-import yaml
 from hypothesis import HealthCheck, settings
 
 import schemathesis
 from tests.conftest import EXAMPLES
+from tests.integration.conftest import package_tiny_llm_and_minilm
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-TINY = EXAMPLES / "tiny-llm"
 MINILM = EXAMPLES / "minilm-embeddings"
 MODEL, EMBEDDER = "tiny_llm", "minilm"
 GREEDY = {"temperature": 0, "extra_body": {"ignore_eos": True}}
@@ -39,25 +37,10 @@ SCHEMA = {
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
-    from tritonpkg.repository import package_spec
-    from tritonpkg.spec import load_spec
-
-    root = tmp_path_factory.mktemp("openai-frontend")
-    weights = root / "weights"
-    subprocess.run([sys.executable, str(TINY / "make_tiny_llm.py"), "--out", str(weights)], check=True, timeout=300)
-    spec = yaml.safe_load((TINY / "tritonpkg.yaml").read_text())
-    spec["weights"] = str(weights)
     # vLLM's metrics show what a cancelled stream cost; a context of 512 (the tiny model's maximum) makes
     # a long generation outlast the backend's cancellation poll
-    spec["engine_args"].update(disable_log_stats=False, max_model_len=512, max_num_batched_tokens=512)
-    (root / "tiny").mkdir()
-    (root / "tiny" / "tritonpkg.yaml").write_text(yaml.safe_dump(spec))
-    repo = root / "repository"
-    package_spec(load_spec(root / "tiny"), repo)
-    subprocess.run([sys.executable, str(MINILM / "locate_weights.py"), "--write-spec", str(root / "minilm")],
-                   check=True, timeout=60)
-    package_spec(load_spec(root / "minilm"), repo)
-    return repo
+    return package_tiny_llm_and_minilm(tmp_path_factory.mktemp("openai-frontend"), disable_log_stats=False,
+                                       max_model_len=512, max_num_batched_tokens=512)
 
 
 @pytest.fixture(scope="module")

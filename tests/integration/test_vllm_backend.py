@@ -11,22 +11,19 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import queue
 import re
 import signal
-import subprocess
 import sys
 import threading
 import time
 import urllib.request
-from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 from tests.conftest import EXAMPLES
+from tests.integration.conftest import package_tiny_llm_and_minilm
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -47,24 +44,8 @@ def tokenizer():
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
     """tiny_llm (target 24.10, metrics on, room for 16 sequences) + minilm, packaged into one repository."""
-    from tritonpkg.repository import package_spec
-    from tritonpkg.spec import load_spec
-
-    root = tmp_path_factory.mktemp("vllm-backend")
-    weights = root / "weights"
-    subprocess.run([sys.executable, str(TINY / "make_tiny_llm.py"), "--out", str(weights)], check=True, timeout=300)
-    spec_data = yaml.safe_load((TINY / "tritonpkg.yaml").read_text())
-    spec_data["weights"] = str(weights)
-    spec_data["engine_args"].update(disable_log_stats=False, max_num_seqs=16, max_num_batched_tokens=512)
-    spec_dir = root / "spec"
-    spec_dir.mkdir()
-    (spec_dir / "tritonpkg.yaml").write_text(yaml.safe_dump(spec_data))
-    repo = root / "repository"
-    package_spec(load_spec(spec_dir), repo)
-    subprocess.run([sys.executable, str(MINILM / "locate_weights.py"), "--write-spec", str(root / "minilm")],
-                   check=True, timeout=60)
-    package_spec(load_spec(root / "minilm"), repo)
-    return repo
+    return package_tiny_llm_and_minilm(tmp_path_factory.mktemp("vllm-backend"), disable_log_stats=False,
+                                       max_num_seqs=16, max_num_batched_tokens=512)
 
 
 @pytest.fixture(scope="module")
