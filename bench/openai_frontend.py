@@ -6,10 +6,11 @@ same greedy sampling parameters goes (a) straight to Triton over gRPC the standa
 (b) through the frontend's own Triton client in this process (one multiplexed stream: the gRPC share
 of the frontend's cost) and (c) to the frontend's /v1/completions over HTTP (aiohttp, keep-alive; httpx, which the openai
 client uses, costs about 0.9 ms more per request here, a client cost, not the frontend's), at
-1 and 8 concurrent requests. The paths run in alternating rounds so that drift on this shared
-machine hits all alike; latency is per request.
+1 and 8 concurrent requests. The paths run in rounds, each path leading in turn, so that drift on this
+shared machine (and the slower Triton seen right after a burst of requests) hits all alike; latency is
+per request.
 
-    .venv/bin/python bench/openai_frontend.py [--requests 200] [--rounds 4] [--max-tokens 4]
+    .venv/bin/python bench/openai_frontend.py [--requests 200] [--rounds 6] [--max-tokens 4]
         [--triton-grpc HOST:PORT --repo REPO]   # use a Triton already serving tiny_llm
 
 Prints a rich table with the added milliseconds at p50 and p99; goal: <= 2 ms added at p50.
@@ -174,10 +175,12 @@ async def measure(grpc_url: str, frontend_url: str, args) -> dict[tuple[int, str
             await run_level(call, max(LEVELS), max(LEVELS) * 2)
         samples: dict[tuple[int, str], list[float]] = {}
         per_round = max(1, args.requests // args.rounds)
-        for _ in range(args.rounds):
+        names = list(paths)
+        for r in range(args.rounds):
+            order = names[r % len(names):] + names[:r % len(names)]  # each path leads in turn: no path always follows a burst
             for level in LEVELS:
-                for name, call in paths.items():
-                    samples.setdefault((level, name), []).extend(await run_level(call, level, per_round))
+                for name in order:
+                    samples.setdefault((level, name), []).extend(await run_level(paths[name], level, per_round))
     await client.close()
     await backend.close()
     return samples
@@ -206,7 +209,7 @@ def report(samples: dict[tuple[int, str], list[float]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=200, help="requests per path and concurrency level")
-    parser.add_argument("--rounds", type=int, default=4, help="alternating rounds the requests are split into")
+    parser.add_argument("--rounds", type=int, default=6, help="alternating rounds the requests are split into (each path leads in turn)")
     parser.add_argument("--max-tokens", type=int, default=4)
     parser.add_argument("--triton-grpc", help="a running Triton serving tiny_llm (else one is started)")
     parser.add_argument("--repo", type=Path, help="that Triton's model repository (with --triton-grpc)")

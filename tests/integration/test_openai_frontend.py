@@ -55,7 +55,7 @@ def triton(repo, metrics_dir):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
         mp.setenv("PROMETHEUS_MULTIPROC_DIR", str(metrics_dir))
-        mp.setenv("TRITONPKG_VLLM_CANCEL_POLL", "0.2")  # the backend notices a cancelled request within 0.2 s
+        mp.setenv("TRITONPKG_VLLM_CANCEL_POLL", "0.05")  # the backend notices a cancelled request within 0.05 s
         with TritonServer(repo, runtime=ensure_runtime(), startup_timeout=600) as srv:
             yield srv
 
@@ -170,7 +170,7 @@ def vllm_sample(metrics_dir, name: str) -> float:
                if s.name == name and "weights" in s.labels.get("model_name", ""))
 
 
-def test_a_client_that_leaves_a_stream_aborts_its_generation(frontend, metrics_dir):
+def test_a_client_that_leaves_a_stream_aborts_its_generation(frontend, triton, metrics_dir):
     import httpx
 
     """Closing the HTTP connection cancels the request's own gRPC call; Triton tells the backend, which
@@ -191,7 +191,8 @@ def test_a_client_that_leaves_a_stream_aborts_its_generation(frontend, metrics_d
         time.sleep(0.1)
     assert vllm_sample(metrics_dir, "vllm:num_requests_running") == 0
     generated = vllm_sample(metrics_dir, "vllm:generation_tokens_total") - before
-    assert 0 < generated < max_tokens, generated
+    cancelled = [line for line in triton.log_tail(400).splitlines() if "cancelled by the client" in line]
+    assert 0 < generated < max_tokens, (generated, cancelled[-3:])
 
 
 def test_json_schema_responses_validate(client):
