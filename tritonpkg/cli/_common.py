@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
 from typing import Any, Callable, TypeVar
 
 import typer
@@ -39,3 +40,20 @@ def library_errors(exit_code: int = EXIT_PROBLEMS) -> Callable[[F], F]:
         return wrapper  # type: ignore[return-value]
 
     return deco
+
+
+def serve_until_stopped(stop: threading.Event, problem: Callable[[], str | None]) -> None:
+    """Block until `stop` is set (a signal handler sets it); exit 1 with the message as soon as `problem()`
+    reports one (a child died), so a supervisor restarts us instead of finding a silent shell."""
+    while not stop.is_set():
+        message = problem()
+        if message:
+            print_error(message)
+            raise typer.Exit(EXIT_PROBLEMS)
+        stop.wait(0.5)
+
+
+def print_error(text: str) -> None:
+    """Server logs contain brackets; print them verbatim, not as rich markup."""
+    err_console.print("[bold red]error:[/] ", end="")
+    err_console.print(text, markup=False, highlight=False, soft_wrap=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from tritonpkg.cli._common import EXIT_PROBLEMS, console, err_console, library_errors, print_json
+from tritonpkg.cli._common import console, library_errors, print_json, serve_until_stopped
 
 
 @library_errors()
@@ -37,11 +37,7 @@ def frontend(
         with console.status(f"connecting to Triton at {triton_grpc} ...") if not as_json else _nothing():
             server.start()
         _report(server, as_json)
-        while not stop.is_set():
-            if not server.running:
-                err_console.print("[bold red]error:[/] the frontend stopped unexpectedly", highlight=False)
-                raise typer.Exit(EXIT_PROBLEMS)
-            stop.wait(0.5)
+        serve_until_stopped(stop, lambda: None if server.running else "the frontend stopped unexpectedly")
     finally:
         server.stop()
         for sig, handler in previous.items():

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import typer
 
-from tritonpkg.cli._common import EXIT_PROBLEMS, console, err_console, library_errors, print_json
+from tritonpkg.cli._common import (EXIT_PROBLEMS, console, err_console, library_errors, print_json,
+                                   print_error, serve_until_stopped)
 
 EXIT_INTERRUPTED = 130  # the shell's code for a command ended by a signal it did not finish
 
@@ -110,7 +111,7 @@ def _serve_local(options, as_json: bool) -> None:
             stack.start()
         except ServerStartError as exc:  # other TritonpkgErrors go through library_errors
             progress.close()
-            _error(exc.message)
+            print_error(exc.message)
             err_console.print(f"full log: {exc.file}", highlight=False, markup=False)
             raise typer.Exit(EXIT_PROBLEMS) from None
         except KeyboardInterrupt:
@@ -121,12 +122,7 @@ def _serve_local(options, as_json: bool) -> None:
             progress.close()
         serving.set()
         _report(stack, as_json)
-        while not stop.is_set():
-            problem = stack.problem()
-            if problem:
-                _error(problem)
-                raise typer.Exit(EXIT_PROBLEMS)
-            stop.wait(0.5)
+        serve_until_stopped(stop, stack.problem)
     finally:
         stack.stop()
         for sig, handler in previous.items():
@@ -159,12 +155,6 @@ class _Progress:
         if self._status is not None:
             self._status.stop()
             self._status = None
-
-
-def _error(text: str) -> None:
-    """Server logs contain brackets; print them verbatim, not as rich markup."""
-    err_console.print("[bold red]error:[/] ", end="")
-    err_console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 def _report(stack, as_json: bool) -> None:
