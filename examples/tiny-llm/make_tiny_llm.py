@@ -5,7 +5,7 @@ Triton exercise their full paths in seconds. The tokenizer is committed beside t
 (`tokenizer/`) and reused when present, so the model's vocabulary always matches the files other
 code loads with the `tokenizers` library alone.
 
-    python examples/tiny-llm/make_tiny_llm.py [--out DIR]
+    python examples/tiny-llm/make_tiny_llm.py [--out DIR] [--context 512]
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ DEFAULT_OUT = HERE / "weights"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 MODEL_FILES = ("config.json", "model.safetensors", "generation_config.json")
 SEED = 1234
+CONTEXT = 512  # max_position_embeddings: rotary, so a longer context changes no weight
 VOCAB_SIZE = 512
 BOS, EOS, PAD = "<s>", "</s>", "<pad>"
 CHAT_TEMPLATE = (
@@ -75,7 +76,7 @@ def train_tokenizer(dest: Path) -> None:
         (dest / extra).unlink()
 
 
-def build_model(stage: Path, tokenizer_dir: Path) -> None:
+def build_model(stage: Path, tokenizer_dir: Path, context: int = CONTEXT) -> None:
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -89,7 +90,7 @@ def build_model(stage: Path, tokenizer_dir: Path) -> None:
         num_attention_heads=2,
         num_key_value_heads=1,
         head_dim=64,
-        max_position_embeddings=512,
+        max_position_embeddings=context,
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
@@ -105,21 +106,23 @@ def build_model(stage: Path, tokenizer_dir: Path) -> None:
         shutil.copyfile(tokenizer_dir / name, stage / name)
 
 
-def is_complete(out: Path) -> bool:
-    return all((out / name).is_file() for name in MODEL_FILES + TOKENIZER_FILES)
+def is_complete(out: Path, context: int = CONTEXT) -> bool:
+    if not all((out / name).is_file() for name in MODEL_FILES + TOKENIZER_FILES):
+        return False
+    return json.loads((out / "config.json").read_text()).get("max_position_embeddings") == context
 
 
-def make(out: Path = DEFAULT_OUT, tokenizer_dir: Path = TOKENIZER_DIR) -> Path:
+def make(out: Path = DEFAULT_OUT, tokenizer_dir: Path = TOKENIZER_DIR, context: int = CONTEXT) -> Path:
     """Write the model dir at `out` (staged then renamed, so readers never see half a model)."""
     out = out.resolve()
-    if is_complete(out):
+    if is_complete(out, context):
         return out
     if not all((tokenizer_dir / n).is_file() for n in TOKENIZER_FILES):
         train_tokenizer(tokenizer_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        build_model(stage, tokenizer_dir)
+        build_model(stage, tokenizer_dir, context)
         stage.chmod(0o755)
         for path in stage.iterdir():
             path.chmod(0o644)
@@ -138,8 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tokenizer-dir", type=Path, default=TOKENIZER_DIR, help="tokenizer files to reuse (trained there if missing)"
     )
+    parser.add_argument("--context", type=int, default=CONTEXT,
+                        help=f"the model's maximum context in tokens (default {CONTEXT})")
     args = parser.parse_args(argv)
-    print(make(args.out, args.tokenizer_dir))
+    print(make(args.out, args.tokenizer_dir, args.context))
     return 0
 
 

@@ -70,15 +70,15 @@ def python_server(python_repo):
         yield server
 
 
-def package_tiny_llm_and_minilm(root: Path, **engine_args) -> Path:
-    """The tiny LLM (weights made offline, `engine_args` over the example's) and MiniLM on vLLM's pooling
-    runner, packaged into one repository under `root`."""
+def package_tiny_llm_and_minilm(root: Path, context: int = 512, **engine_args) -> Path:
+    """The tiny LLM (weights made offline with a `context`-token maximum, `engine_args` over the example's)
+    and MiniLM on vLLM's pooling runner, packaged into one repository under `root`."""
     import subprocess
     import sys
 
     weights = root / "weights"
-    subprocess.run([sys.executable, str(EXAMPLES / "tiny-llm" / "make_tiny_llm.py"), "--out", str(weights)],
-                   check=True, timeout=300)
+    subprocess.run([sys.executable, str(EXAMPLES / "tiny-llm" / "make_tiny_llm.py"), "--out", str(weights),
+                    "--context", str(context)], check=True, timeout=300)
     spec = yaml.safe_load((EXAMPLES / "tiny-llm" / "tritonpkg.yaml").read_text())
     spec["weights"] = str(weights)
     spec["engine_args"].update(engine_args)
