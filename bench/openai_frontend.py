@@ -3,7 +3,7 @@
 One Triton (tiny_llm) and one `tritonpkg frontend` process in front of it. The same prompt with the
 same greedy sampling parameters goes (a) straight to Triton over gRPC the standard way
 (tritonclient.grpc.aio stream_infer, one stream per request: the model is decoupled; the baseline),
-(b) through the frontend's own Triton client in this process (one multiplexed stream: the gRPC share
+(b) through the frontend's own Triton client in this process (its pool of open streams: the gRPC share
 of the frontend's cost) and (c) to the frontend's /v1/completions over HTTP (aiohttp, keep-alive; httpx, which the openai
 client uses, costs about 0.9 ms more per request here, a client cost, not the frontend's), at
 1 and 8 concurrent requests. The paths run in rounds, each path leading in turn, so that drift on this
@@ -42,7 +42,7 @@ PROMPT = "the model serves tokens quickly over grpc"
 LEVELS = (1, 8)
 GOAL_MS = 2.0
 BASELINE = "Triton gRPC, tritonclient stream_infer"
-SHARED = "Triton gRPC, the frontend's shared stream"
+SHARED = "Triton gRPC, the frontend's stream pool"
 FRONTEND = "OpenAI frontend /v1/completions (HTTP, aiohttp)"
 
 
@@ -121,7 +121,7 @@ def grpc_caller(client, max_tokens: int):
 
 
 def shared_stream_caller(backend, max_tokens: int):
-    """The frontend's own Triton client (one multiplexed stream), called in-process: its share of the cost."""
+    """The frontend's own Triton client (its stream pool), called in-process: its share of the cost."""
     from tritonpkg.frontend.triton import RETURN_FLAGS
 
     params = {"max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
