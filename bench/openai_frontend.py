@@ -10,7 +10,7 @@ client uses, costs about 0.9 ms more per request here, a client cost, not the fr
 shared machine (and the slower Triton seen right after a burst of requests) hits all alike; latency is
 per request.
 
-    .venv/bin/python bench/openai_frontend.py [--requests 200] [--rounds 6] [--max-tokens 4]
+    .venv/bin/python bench/openai_frontend.py [--requests 400] [--rounds 20] [--max-tokens 4]
         [--triton-grpc HOST:PORT --repo REPO]   # use a Triton already serving tiny_llm
 
 Prints a rich table with the added milliseconds at p50 and p99; goal: <= 2 ms added at p50.
@@ -208,8 +208,8 @@ def report(samples: dict[tuple[int, str], list[float]]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--requests", type=int, default=200, help="requests per path and concurrency level")
-    parser.add_argument("--rounds", type=int, default=6, help="alternating rounds the requests are split into (each path leads in turn)")
+    parser.add_argument("--requests", type=int, default=400, help="requests per path and concurrency level")
+    parser.add_argument("--rounds", type=int, default=20, help="alternating rounds the requests are split into (each path leads in turn)")
     parser.add_argument("--max-tokens", type=int, default=4)
     parser.add_argument("--triton-grpc", help="a running Triton serving tiny_llm (else one is started)")
     parser.add_argument("--repo", type=Path, help="that Triton's model repository (with --triton-grpc)")
