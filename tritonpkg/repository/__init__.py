@@ -1,8 +1,34 @@
 """Building model repositories: config.pbtxt from Triton's protobuf schema, model.json, rendered
-templates, the lock file, an atomic write and a reproducible archive."""
+templates, the lock file, an atomic write and a reproducible archive.
 
-from tritonpkg.repository.build import BuiltModel, build_models, engine_args
-from tritonpkg.repository.lock import LOCK_NAME, verify as verify_lock
-from tritonpkg.repository.package import PackageResult, package_spec
+The names below load on first use (PEP 562): `tritonpkg.repository.atomic`, which materialize and
+serve need, must not pull in tritonclient and numpy (a third of a second on every CLI start)."""
 
-__all__ = ["BuiltModel", "LOCK_NAME", "PackageResult", "build_models", "engine_args", "package_spec", "verify_lock"]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "BuiltModel": "build", "build_models": "build", "engine_args": "build",
+    "LOCK_NAME": "lock", "verify_lock": ("lock", "verify"),
+    "PackageResult": "package", "package_spec": "package",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:
+    from tritonpkg.repository.build import BuiltModel, build_models, engine_args
+    from tritonpkg.repository.lock import LOCK_NAME
+    from tritonpkg.repository.lock import verify as verify_lock
+    from tritonpkg.repository.package import PackageResult, package_spec
+
+
+def __getattr__(name: str) -> Any:
+    target = _EXPORTS.get(name)
+    if target is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attr = target if isinstance(target, tuple) else (target, name)
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+    globals()[name] = value
+    return value
