@@ -8,8 +8,9 @@ stream's responses one after another, so requests multiplexed on a single stream
 from a pool of long-lived calls (one in-flight request per call), told apart by request id; each asks
 for Triton's empty final response (`triton_enable_empty_final_response`), which marks its end.
 Streamed generations get a call of their own: cancelling that call is how Triton (and the backend,
-which aborts the vLLM request) learns that the client went away. Requests are built as tritonclient's protobuf messages directly, because
-tritonclient's aio wrapper drops the request id of error responses and refuses that parameter.
+which aborts the vLLM request) learns that the client went away. Requests are built as tritonclient's
+protobuf messages directly, because tritonclient's aio wrapper drops the request id of error
+responses and refuses that parameter.
 
 Control calls (repository index, configs, readiness) use tritonclient.grpc.aio's client."""
 
