@@ -87,7 +87,7 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=4, help="number of large (multipart) files")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--concurrency", type=int, default=8)
-    ap.add_argument("--part-size", default="8MiB")
+    ap.add_argument("--part-size", default="auto")
     args = ap.parse_args()
 
     from rich.console import Console

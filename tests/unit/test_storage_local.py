@@ -205,3 +205,29 @@ def test_a_spec_stands_for_its_weights_named_after_its_model(tmp_path):
     summary = _json.loads(result.stdout)
     assert summary["model"] == "small" and summary["files"] == 1
     assert (Path(summary["path"]) / "config.json").read_text() == '{"hidden_size": 8}'
+
+
+def test_an_automatic_part_size_resumes_under_another_concurrency(tmp_path, monkeypatch):
+    """The interrupted run split 20 MiB into 8 MiB parts over 4 threads; the rerun with one thread would
+    pick one 20 MiB part, but keeps the staging's part size and fetches only the missing part."""
+    import time
+
+    from tritonpkg.storage.sources.local import LocalSource
+
+    data = os.urandom(20 << 20)
+    src = _model(tmp_path / "big", {"model.safetensors": data})
+    real_read = LocalSource.read
+
+    def broken(self, f, start, end):
+        if start == 16 << 20:
+            time.sleep(0.3)  # let the other parts land first
+            raise OSError("link dropped")
+        return real_read(self, f, start, end)
+
+    monkeypatch.setattr(LocalSource, "read", broken)
+    with pytest.raises(OSError, match="link dropped"):
+        materialize(str(src), tmp_path / "root", concurrency=4)
+    monkeypatch.setattr(LocalSource, "read", real_read)
+    done = materialize(str(src), tmp_path / "root", concurrency=1)
+    assert (done.bytes_resumed, done.bytes_downloaded) == (16 << 20, 4 << 20)
+    assert (done.path / "model.safetensors").read_bytes() == data

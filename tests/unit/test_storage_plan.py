@@ -87,3 +87,25 @@ def test_parse_size_rejects_garbage():
 
     with pytest.raises(typer.BadParameter, match="expected e.g. 8MiB"):
         parse_size("eight", "--part-size")
+
+
+def test_auto_part_size_spreads_the_listing_over_the_threads_within_bounds():
+    from tritonpkg.storage.plan import AUTO_MAX_PART, AUTO_MIN_PART, MiB, auto_part_size
+
+    def files(*sizes):
+        return [RemoteFile(path=f"f{i}", key=f"k{i}", size=s) for i, s in enumerate(sizes)]
+
+    assert auto_part_size(files(*[64 * MiB] * 4), 8) == 32 * MiB  # 256 MiB over 8 threads
+    assert auto_part_size(files(100 * MiB + 1), 4) == 26 * MiB  # rounded up to whole MiB
+    assert auto_part_size(files(3 * MiB, 1000), 8) == AUTO_MIN_PART
+    assert auto_part_size(files(*[5 << 30] * 3), 16) == AUTO_MAX_PART
+    assert auto_part_size([], 8) == AUTO_MIN_PART
+
+
+def test_slot_count_bounds_buffered_parts_by_memory_but_keeps_every_thread_busy():
+    from tritonpkg.storage.transfer import BUFFER_BUDGET, slot_count
+
+    assert slot_count(8, 8 << 20) == 16
+    assert slot_count(8, 64 << 20) == 9
+    assert slot_count(8, 64 << 20) * (64 << 20) <= BUFFER_BUDGET + (64 << 20)
+    assert slot_count(1, 1 << 30) == 2

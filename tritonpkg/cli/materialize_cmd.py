@@ -46,7 +46,8 @@ def copy(
     revision: str | None = typer.Option(None, "--revision", help="Revision folder name (default: the Hub commit or "
                                         "a digest of the listing); for hf:// the revision when the URL has none."),
     concurrency: int = typer.Option(8, "--concurrency", min=1, max=256, help="Parallel ranged reads."),
-    part_size: str = typer.Option("8MiB", "--part-size", help="Bytes per ranged read and resume unit."),
+    part_size: str = typer.Option("auto", "--part-size", help="Bytes per ranged read and resume unit; auto: the "
+                                  "listing split over the threads, within 8-64 MiB."),
     max_bandwidth: str | None = typer.Option(None, "--max-bandwidth", help="Cap in bytes/s, e.g. 200MiB."),
     hf_cache: Path | None = typer.Option(None, "--hf-cache", help="Read hf:// from this local HF cache (offline)."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary (bytes, files, seconds, MB/s, skipped)."),
@@ -56,7 +57,7 @@ def copy(
     from tritonpkg.storage import materialize
 
     source, name = _from_spec(source, name)
-    size = parse_size(part_size, "--part-size")
+    size = None if part_size.strip().lower() == "auto" else parse_size(part_size, "--part-size")
     cap = parse_size(max_bandwidth, "--max-bandwidth") if max_bandwidth else None
     kwargs = dict(name=name, revision=revision, concurrency=concurrency, part_size=size, hf_cache=hf_cache,
                   max_bandwidth=cap)

@@ -51,13 +51,14 @@ class MaterializeResult:
 
 
 def materialize(source: str, root: str | Path, *, name: str | None = None, revision: str | None = None,
-                concurrency: int = 8, part_size: int = 8 << 20, progress: transfer.Progress | None = None,
+                concurrency: int = 8, part_size: int | None = None, progress: transfer.Progress | None = None,
                 hf_cache: str | Path | None = None, max_bandwidth: float | None = None) -> MaterializeResult:
-    """Materialize `source` under ROOT/<model>/<revision>/ (complete, verified, or not there at all)."""
+    """Materialize `source` under ROOT/<model>/<revision>/ (complete, verified, or not there at all).
+    `part_size=None` picks it from the listing (`plan.auto_part_size`)."""
     start = time.monotonic()
     if concurrency < 1:
         raise StorageError("concurrency must be at least 1", field="concurrency", expected="an integer >= 1")
-    if part_size < MIN_PART:
+    if part_size is not None and part_size < MIN_PART:
         raise StorageError(f"part size {part_size} is too small", field="part_size", expected=f">= {MIN_PART} bytes")
     src = open_source(source, revision=revision, hf_cache=Path(hf_cache) if hf_cache else None,
                       concurrency=concurrency)
@@ -114,11 +115,12 @@ def _reuse(where: layout.ModelDir, rev: str, files: list[RemoteFile], source: st
 
 
 def _copy(src: Source, source: str, where: layout.ModelDir, rev: str, files: list[RemoteFile], concurrency: int,
-          part_size: int, progress, max_bandwidth, start: float, waited: float) -> MaterializeResult:
+          part_size: int | None, progress, max_bandwidth, start: float, waited: float) -> MaterializeResult:
     staging = where.staging(rev)
     tree = staging / "tree"
     tree.mkdir(parents=True, exist_ok=True)
     journal = Journal(staging / "journal")
+    part_size = _staged_part_size(staging, part_size, lambda: plan.auto_part_size(files, concurrency))
     earlier = [(where.revision(r), m) for r in where.revisions() if (m := manifest.read_ready(where.revision(r)))]
     plans = plan.build(files, part_size, journal.done(), plan.reusable(files, earlier))
     space.check(staging, sum(p.fetch_bytes for p in plans))
@@ -139,6 +141,19 @@ def _copy(src: Source, source: str, where: layout.ModelDir, rev: str, files: lis
                              bytes_resumed=stats.resumed, bytes_reused=stats.reused,
                              files_skipped=stats.files_reused, reused=False, seconds=time.monotonic() - start,
                              waited_s=waited)
+
+
+def _staged_part_size(staging: Path, explicit: int | None, auto) -> int:
+    """An automatic part size is that of the interrupted run, if any, so a rerun with another
+    concurrency still resumes; an explicit one wins (parts of another size are fetched again)."""
+    record = staging / "part-size"
+    if explicit is None:
+        try:
+            return int(record.read_text())
+        except (FileNotFoundError, ValueError):
+            explicit = auto()
+    record.write_text(str(explicit))
+    return explicit
 
 
 def _check_unchanged(src: Source, files: list[RemoteFile]) -> None:

@@ -43,6 +43,20 @@ class FilePlan:
         return sum(p.size for p in self.parts if p.index in self.staged)
 
 
+MiB = 1 << 20
+AUTO_MIN_PART = 8 * MiB
+AUTO_MAX_PART = 64 * MiB
+
+
+def auto_part_size(files: list[RemoteFile], concurrency: int) -> int:
+    """Few, large ranged reads that still keep every thread busy: the listing split evenly over the
+    threads, within 8-64 MiB (s5cmd and rclone default to 50-64 MiB parts). Each request costs a round
+    trip and a signature, and some S3-compatible stores read the whole object per ranged GET (moto does)."""
+    total = sum(f.size for f in files)
+    even = -(-total // max(1, concurrency))
+    return min(AUTO_MAX_PART, max(AUTO_MIN_PART, -(-even // MiB) * MiB))
+
+
 def split(size: int, part_size: int) -> list[Part]:
     return [Part(i, start, min(start + part_size, size)) for i, start in enumerate(range(0, size, part_size))]
 

@@ -21,6 +21,14 @@ from tritonpkg.storage.throttle import RateLimiter
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total), called from worker threads
 
+BUFFER_BUDGET = 512 << 20  # parts held between submission and hashing, beyond one per thread
+
+
+def slot_count(concurrency: int, largest_part: int) -> int:
+    """Parts in flight or waiting for their turn to be hashed: two per thread while they fit the budget,
+    never fewer than one per thread plus one."""
+    return max(concurrency + 1, min(2 * concurrency, BUFFER_BUDGET // max(1, largest_part)))
+
 
 @dataclass
 class TransferStats:
@@ -33,11 +41,11 @@ class TransferStats:
 
 
 class _Run:
-    def __init__(self, source: Source, tree: Path, journal: Journal, concurrency: int,
+    def __init__(self, source: Source, tree: Path, journal: Journal, slots: int,
                  progress: Progress | None, limiter: RateLimiter, total: int) -> None:
         self.source, self.tree, self.journal = source, tree, journal
         self.progress, self.limiter, self.total = progress, limiter, total
-        self.slots = threading.Semaphore(2 * concurrency)
+        self.slots = threading.Semaphore(slots)
         self.failed = threading.Event()
         self.error: BaseException | None = None
         self.stats = TransferStats()
@@ -63,7 +71,9 @@ def run(source: Source, plans: list[FilePlan], tree: Path, journal: Journal, *, 
         progress: Progress | None = None, max_bandwidth: float | None = None) -> TransferStats:
     """Stage every planned file under `tree`; raises the first failure after in-flight parts settle."""
     total = sum(p.file.size for p in plans)
-    state = _Run(source, tree, journal, concurrency, progress, RateLimiter(max_bandwidth), total)
+    largest = max((part.size for p in plans for part in p.parts), default=0)
+    state = _Run(source, tree, journal, slot_count(concurrency, largest), progress, RateLimiter(max_bandwidth),
+                 total)
     for plan in plans:
         if plan.reuse is not None:
             _link(plan, tree, state)
@@ -116,6 +126,7 @@ def _part(state: _Run, plan: FilePlan, part: Part, fd: int, digest: OrderedDiges
             written = 0
             while written < len(data):
                 written += os.pwrite(fd, view[written:], part.start + written)
+            os.fdatasync(fd)  # write back now, beside the other downloads, not all at the end
             state.journal.record(plan.file.path, plan.tag, part.index)
             kind = "downloaded"
         state.advance(len(data), kind)
