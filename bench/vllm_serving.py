@@ -8,6 +8,10 @@ at once: this machine has 2 cores), and get the same prompts through the same ai
     .venv/bin/python bench/vllm_serving.py [--requests-per-level 32] [--max-tokens 64]
 
 Prints a rich table; goal: Triton >= 0.9x vLLM's throughput and <= 1.1x its TTFT.
+
+Both servers run in this process's session (their own process groups): a server in a session of its
+own is another scheduler autogroup, which on 2 cores left this client runnable but unscheduled for
+0.6-0.9 s at a time, and the bench then measured the scheduler (tritonpkg.runtime.supervisor).
 """
 
 from __future__ import annotations
@@ -161,7 +165,7 @@ def bench_vllm(weights: Path, args) -> dict:
             cmd += [flag, str(v)]
     log = Path(tempfile.gettempdir()) / f"bench-vllm-serve-{port}.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, process_group=0)
     try:
         try:
             wait_http(f"http://127.0.0.1:{port}/health", 600, proc)
