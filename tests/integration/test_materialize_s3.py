@@ -73,7 +73,7 @@ def _expected(files: dict[str, bytes]) -> dict[str, str]:
 def _cli(server, *args: str) -> subprocess.Popen:
     env = {**os.environ, **server.env}
     return subprocess.Popen([sys.executable, "-m", "tritonpkg", "materialize", *args], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, process_group=0)
 
 
 def _wait_journal(model_dir: Path, parts: int, proc: subprocess.Popen, timeout: float = 30) -> None:

@@ -81,7 +81,7 @@ def test_serve_answers_ready_and_exits_zero_on_sigterm(cli_env, tmp_path) -> Non
     proc = subprocess.Popen(
         tritonpkg("serve", str(repo), "--http-port", str(http), "--grpc-port", str(grpc),
                   "--metrics-port", str(metrics), "--timeout", "60", "--json"),
-        env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, process_group=0)
     try:
         info = read_json_document(proc.stdout)
         print(f"`tritonpkg serve` ready after {time.monotonic() - started:.2f} s "
