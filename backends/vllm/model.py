@@ -43,6 +43,7 @@ import triton_python_backend_utils as pb_utils
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cancellation import CancelWatch  # noqa: E402
 from request_params import ParamError, candidate_logprob, logprobs_json, normalize_sampling  # noqa: E402
+from stream_merge import Step, coalesce  # noqa: E402
 
 ENGINE_ARGS_FILE = "model.json"
 WATCHDOG = """
@@ -69,6 +70,7 @@ def _send(sender, response, flags):
 
 
 HEALTH_POLL_S = float(os.environ.get("TRITONPKG_VLLM_HEALTH_POLL", "1.0"))
+STREAM_MERGE = os.environ.get("TRITONPKG_VLLM_STREAM_MERGE", "1") != "0"
 RETURN_FLAGS = (
     "return_finish_reason",
     "return_cumulative_logprob",
@@ -177,6 +179,7 @@ class TritonPythonModel:
         self._dead: str | None = None  # why the engine is unusable, once it is
 
         self._responses: queue.Queue = queue.Queue()
+        self._failed: set[int] = set()  # senders whose response could not be built: their steps are dropped
         self._tickets: dict[int, Any] = {}  # id(sender) -> its CancelWatch ticket, until the final response
         self._response_thread = threading.Thread(target=self._send_loop, name="vllm-responses", daemon=True)
         self._response_thread.start()
@@ -387,12 +390,10 @@ class TritonPythonModel:
             async for output in self.engine.generate(engine_input, sampling, request_id):
                 if ticket.done():
                     return False
-                flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if output.finished else 0
                 if stream or output.finished:
-                    response = self._generate_response(output, prefix, returns)
+                    self._responses.put(Step(sender, output, prefix, returns, request_id))
                     prefix = ""
-                    self._responses.put((sender, response, flags))
-                    if flags:
+                    if output.finished:
                         return True
             return False
 
@@ -544,6 +545,10 @@ class TritonPythonModel:
     def _abort_cancelled(self, request_id: str):
         """Called from the cancel-watch thread: the body stops at its next output (ticket.done())."""
         self.logger.log_info(f"[vllm] request {request_id} cancelled by the client; aborting it in vLLM")
+        self._abort(request_id)
+
+    def _abort(self, request_id: str):
+        """From any thread: the request's generate() ends at its next output."""
         loop = self._loop
         if loop is not None and self.engine is not None:
             asyncio.run_coroutine_threadsafe(_quietly(self.engine.abort(request_id)), loop)
@@ -561,20 +566,50 @@ class TritonPythonModel:
         self._responses.put((sender, response, pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL))
 
     def _send_loop(self):
-        """Send from one thread, in order, so a slow client never stalls vLLM's event loop."""
+        """Send from one thread, in order, so a slow client never stalls vLLM's event loop; streamed
+        steps that queued up behind a send go out merged (stream_merge)."""
         while True:
-            item = self._responses.get()
-            if item is None:
+            batch = [self._responses.get()]
+            while batch[-1] is not None:
+                try:
+                    batch.append(self._responses.get_nowait())
+                except queue.Empty:
+                    break
+            items = [item for item in batch if item is not None]
+            for item in coalesce(items) if STREAM_MERGE else items:
+                self._send_item(item)
+            if batch[-1] is None:
                 return
+
+    def _send_item(self, item):
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        if isinstance(item, Step):
+            sender, flags = item.sender, final if item.final else 0
+        else:
             sender, response, flags = item
-            ticket = self._tickets.pop(id(sender), None) if flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL else None
+        if id(sender) in self._failed:
+            if flags & final:
+                self._failed.discard(id(sender))
+            return
+        if isinstance(item, Step):
             try:
-                if ticket is None:
-                    _send(sender, response, flags)
-                else:
-                    ticket.send_final(lambda: _send(sender, response, flags))
-            except Exception:
-                self.logger.log_error(f"[vllm] could not send a response: {traceback.format_exc()}")
+                response = self._generate_response(item.output, item.prefix, item.returns)
+            except Exception as exc:
+                self.logger.log_error(f"[vllm] request {item.request_id}: {traceback.format_exc()}")
+                response = pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    f"[vllm] could not build the response: {type(exc).__name__}: {exc}"))
+                if not flags:
+                    self._failed.add(id(sender))  # its later steps are dropped until its final one
+                    self._abort(item.request_id)
+                flags = final
+        ticket = self._tickets.pop(id(sender), None) if flags & final else None
+        try:
+            if ticket is None:
+                _send(sender, response, flags)
+            else:
+                ticket.send_final(lambda: _send(sender, response, flags))
+        except Exception:
+            self.logger.log_error(f"[vllm] could not send a response: {traceback.format_exc()}")
 
     def finalize(self):
         """Abort what is running, shut the engine (and its EngineCore process) down, stop the threads."""

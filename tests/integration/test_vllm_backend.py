@@ -266,14 +266,19 @@ def test_cancelled_streams_are_aborted_and_vllm_runs_nothing(server, metrics_dir
     assert set(waiting.values()) == {0.0}, waiting
 
 
-def test_sixteen_concurrent_streams_all_complete(server):
+def test_sixteen_concurrent_streams_all_complete_and_every_stream_adds_up(server):
+    """At this load steps that queue up behind a send go out merged (stream_merge): token counts and
+    logprobs still add up to every token of every stream, in one final response."""
     outcomes: list = []
     lock = threading.Lock()
+    extra = {"return_num_output_tokens": True, "return_logprobs": True, "return_finish_reason": True}
 
     def one(i: int):
-        chunks, error = grpc_stream(server, f"{PROMPT} {i}", {"max_tokens": 24, "ignore_eos": True, "seed": i})
+        results: list = []
+        chunks, error = grpc_stream(server, f"{PROMPT} {i}", {"max_tokens": 24, "ignore_eos": True, "seed": i,
+                                                              "logprobs": 0}, extra=extra, results_out=results)
         with lock:
-            outcomes.append((chunks, error))
+            outcomes.append((chunks, error, [r for r in results if r.as_numpy("text_output") is not None]))
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(16)]
     for t in threads:
@@ -281,7 +286,12 @@ def test_sixteen_concurrent_streams_all_complete(server):
     for t in threads:
         t.join(timeout=300)
     assert len(outcomes) == 16
-    assert all(error is None and len(chunks) > 1 for chunks, error in outcomes), outcomes
+    for chunks, error, results in outcomes:
+        assert error is None and "".join(chunks), (chunks, error)
+        assert sum(int(r.as_numpy("num_output_tokens")[0]) for r in results) == 24
+        assert sum(len(json.loads(r.as_numpy("logprobs")[0])) for r in results) == 24
+        reasons = [r.as_numpy("finish_reason")[0].decode() for r in results]
+        assert reasons[-1] == "length" and not any(reasons[:-1]), reasons
 
 
 def test_response_format_json_schema_holds_for_20_of_20_at_temperature_1(server):
