@@ -52,7 +52,8 @@ def test_embedding_template_packages_a_decoupled_model_with_the_core_beside_it(t
     config = (repo / "minilm_embed" / "config.pbtxt").read_text()
     assert "decoupled: true" in config and "count: 1" in config
     model_py = (version / "model.py").read_text()
-    assert f'"weights": {str(MINILM)!r}' in model_py and '"token_budget": 512' in model_py
+    budget = data["python"]["parameters"]["token_budget"]
+    assert f'"weights": {str(MINILM)!r}' in model_py and f'"token_budget": {budget}' in model_py
     assert "tritonpkg" not in model_py.split('"""')[-1]  # the rendered code imports only the vendored core
 
     from tritonpkg.gateway import EmbeddingGateway
@@ -60,7 +61,7 @@ def test_embedding_template_packages_a_decoupled_model_with_the_core_beside_it(t
 
     gw = EmbeddingGateway.for_model(["127.0.0.1:1"], version)  # gateway.json: tokenizer, budget, limits
     assert (gw.model, gw.token_budget, gw.max_length, gw.truncate, gw.admission.limit) == (
-        "minilm_embed", 512, 512, True, 65536)
+        "minilm_embed", budget, 512, True, 65536)
     config = {"backend": "python", "input": [{"name": n} for n in ("TEXT", "INPUT_IDS", "LENGTHS")],
               "output": [{"name": "EMBEDDINGS"}]}
     assert is_template_embedding(config) and not is_template_embedding({**config, "backend": "vllm"})
