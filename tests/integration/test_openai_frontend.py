@@ -197,6 +197,37 @@ def test_a_client_that_leaves_a_stream_aborts_its_generation(frontend, triton, m
     assert 0 < generated < max_tokens / 2, (generated, cancelled[-3:])
 
 
+def test_a_client_that_leaves_a_non_streamed_request_aborts_its_generation(frontend, triton, metrics_dir):
+    """Non-streamed requests ride pooled gRPC calls; a client that leaves before the answer cancels its
+    call (it is the call's only request), so the backend aborts the vLLM request."""
+    import httpx
+
+    max_tokens = 4000
+    before = vllm_sample(metrics_dir, "vllm:generation_tokens_total")
+    seen = sum("cancelled by the client" in line for line in triton.log_tail(2000).splitlines())
+    body = {"model": MODEL, "prompt": "hi", "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{frontend.url}/v1/completions", json=body, timeout=httpx.Timeout(60, read=1.0))
+    deadline = time.monotonic() + 20
+    while vllm_sample(metrics_dir, "vllm:num_requests_running") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert vllm_sample(metrics_dir, "vllm:num_requests_running") == 0
+    generated = vllm_sample(metrics_dir, "vllm:generation_tokens_total") - before
+    cancelled = sum("cancelled by the client" in line for line in triton.log_tail(2000).splitlines())
+    assert cancelled > seen, f"the backend never saw the cancellation ({generated:g} of {max_tokens} tokens generated)"
+    assert 0 < generated < max_tokens / 2, generated
+    assert client_after_abort_works(frontend)
+
+
+def client_after_abort_works(frontend) -> bool:
+    """The pool replaced the cancelled call: the next non-streamed request is answered."""
+    import httpx
+
+    body = {"model": MODEL, "prompt": "hi", "max_tokens": 4, "temperature": 0}
+    response = httpx.post(f"{frontend.url}/v1/completions", json=body, timeout=60)
+    return response.status_code == 200 and response.json()["usage"]["completion_tokens"] == 4
+
+
 def test_json_schema_responses_validate(client):
     response = client.chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "give me json"}], max_tokens=200, temperature=1.0, n=3,

@@ -10,7 +10,7 @@ import asyncio
 import json
 import logging
 import time
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -134,7 +134,8 @@ def create_app(settings: FrontendSettings) -> FastAPI:
         if plan.stream:
             first, rest = await _start(backend(request), entry, plan, plan.prompts[0])
             return _sse(completion_events(rid, created, body.model, plan, first, rest))
-        outputs = await asyncio.gather(*(_one(backend(request), entry, plan, p) for p in plan.prompts))
+        outputs = await _unless_client_leaves(request, asyncio.gather(
+            *(_one(backend(request), entry, plan, p) for p in plan.prompts)))
         return _json(completion_body(rid, created, body.model, plan.prompts, outputs, plan.echo, plan.logprobs))
 
     @app.post("/v1/chat/completions", responses={**SSE, **ERRORS})
@@ -148,7 +149,7 @@ def create_app(settings: FrontendSettings) -> FastAPI:
         if plan.stream:
             first, rest = await _start(backend(request), entry, plan, prompt)
             return _sse(chat_events(rid, created, body.model, plan, first, rest))
-        output = await _one(backend(request), entry, plan, prompt)
+        output = await _unless_client_leaves(request, _one(backend(request), entry, plan, prompt))
         return _json(chat_body(rid, created, body.model, output, plan.logprobs, plan.tool))
 
     @app.post("/v1/embeddings", responses=ERRORS)
@@ -192,6 +193,28 @@ async def _start(be: TritonBackend, entry: ModelEntry, plan: Plan, prompt: str):
     except StopAsyncIteration:
         raise APIError(500, f"model '{entry.name}' closed the stream without a response") from None
     return first, rest
+
+
+async def _unless_client_leaves(request: Request, work):
+    """Await `work`, cancelling it if the client disconnects first (Starlette does not cancel a
+    non-streaming handler): the cancellation reaches Triton, which aborts the generation."""
+    task = asyncio.ensure_future(work)
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if not task.done():
+        task.cancel()
+        with suppress(asyncio.CancelledError, APIError):
+            await task
+        raise APIError(499, "the client closed the connection before the response")
+    return task.result()
 
 
 async def _one(be: TritonBackend, entry: ModelEntry, plan: Plan, prompt: str) -> Output:

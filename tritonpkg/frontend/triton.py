@@ -115,13 +115,16 @@ def _is_final(response) -> bool:
 
 class _SharedStream:
     """One ModelStreamInfer call for many requests; a reader task routes responses by request id.
-    A broken call fails the requests on it; the next request opens a new one."""
+    A broken call fails the requests on it; the next request opens a new one. A request left before its
+    final response (client gone, timeout) cancels the call when it is the call's only request, so Triton
+    cancels it in the backend; on a shared call it cannot be cancelled alone."""
 
     def __init__(self, stub, error) -> None:
         self._stub = stub
         self._error = error  # grpc.RpcError -> APIError
         self._outbox: asyncio.Queue | None = None
         self._reader: asyncio.Task | None = None
+        self._call = None
         self._waiting: dict[str, asyncio.Queue] = {}
 
     def _open(self) -> asyncio.Queue:
@@ -133,7 +136,8 @@ class _SharedStream:
                     yield item
 
             self._outbox = outbox
-            self._reader = asyncio.get_running_loop().create_task(self._read(self._stub.ModelStreamInfer(requests())))
+            self._call = self._stub.ModelStreamInfer(requests())
+            self._reader = asyncio.get_running_loop().create_task(self._read(self._call))
         assert self._outbox is not None
         return self._outbox
 
@@ -154,6 +158,7 @@ class _SharedStream:
     async def send(self, request, timeout: float) -> AsyncIterator[Any]:
         inbox: asyncio.Queue = asyncio.Queue()
         self._waiting[request.id] = inbox
+        settled = False
         try:
             self._open().put_nowait(request)
             deadline = asyncio.get_running_loop().time() + timeout
@@ -163,11 +168,15 @@ class _SharedStream:
                 except asyncio.TimeoutError:
                     raise APIError(504, f"Triton did not answer within {timeout:g} s") from None
                 if isinstance(item, APIError):
+                    settled = True
                     raise item
+                settled = _is_final(item)
                 yield item
-                if _is_final(item):
+                if settled:
                     return
         finally:
+            if not settled and len(self._waiting) == 1 and self._call is not None:
+                self._call.cancel()
             self._waiting.pop(request.id, None)
 
     @property
