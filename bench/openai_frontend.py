@@ -36,6 +36,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from tritonpkg.runtime.supervisor import own_group  # noqa: E402
+
 TINY = ROOT / "examples" / "tiny-llm"
 MODEL = "tiny_llm"
 PROMPT = "the model serves tokens quickly over grpc"
@@ -70,7 +73,7 @@ def frontend_process(grpc_url: str, repo: Path):
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "tritonpkg", "frontend", "--triton-grpc", grpc_url,
                              "--port", str(port), "--model-repository", str(repo), "--json"],
-                            stdout=subprocess.DEVNULL, process_group=0)
+                            stdout=subprocess.DEVNULL, **own_group())
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120

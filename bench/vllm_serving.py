@@ -37,6 +37,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from tritonpkg.runtime.supervisor import own_group  # noqa: E402
+
 TINY = ROOT / "examples" / "tiny-llm"
 LEVELS = (1, 4, 16)
 ENGINE = {"enforce_eager": True, "max_model_len": 256, "dtype": "float32", "max_num_seqs": 16,
@@ -182,7 +185,7 @@ def vllm_server(weights: Path):
             cmd += [flag, str(v)]
     log = Path(tempfile.gettempdir()) / f"bench-vllm-serve-{port}.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, process_group=0)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, **own_group())
     try:
         try:
             wait_http(f"http://127.0.0.1:{port}/health", 600, proc)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tritonpkg.runtime.supervisor import own_group
+
 
 @dataclass
 class S3Server:
@@ -38,7 +40,7 @@ def start_moto(log: Path) -> tuple[subprocess.Popen, S3Server]:
     port = _free_port()
     exe = Path(sys.executable).with_name("moto_server")
     proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=log.open("wb"),
-                            stderr=subprocess.STDOUT, process_group=0)
+                            stderr=subprocess.STDOUT, **own_group())
     endpoint = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while True:

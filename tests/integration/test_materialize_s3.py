@@ -18,6 +18,7 @@ import yaml
 from boto3.s3.transfer import TransferConfig
 
 from tests.integration.s3_fixtures import s3_env, s3_server  # noqa: F401 - fixtures
+from tritonpkg.runtime.supervisor import own_group
 from tritonpkg.storage import ChecksumError, SourceChangedError, StorageError, materialize
 
 MiB = 1 << 20
@@ -73,7 +74,7 @@ def _expected(files: dict[str, bytes]) -> dict[str, str]:
 def _cli(server, *args: str) -> subprocess.Popen:
     env = {**os.environ, **server.env}
     return subprocess.Popen([sys.executable, "-m", "tritonpkg", "materialize", *args], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, process_group=0)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **own_group())
 
 
 def _wait_journal(model_dir: Path, parts: int, proc: subprocess.Popen, timeout: float = 30) -> None:

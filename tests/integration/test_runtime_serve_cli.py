@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tritonpkg.runtime import ensure_runtime, free_ports
+from tritonpkg.runtime.supervisor import own_group
 from tests.integration.test_runtime_server import group_pids
 
 pytestmark = pytest.mark.integration
@@ -81,7 +82,7 @@ def test_serve_answers_ready_and_exits_zero_on_sigterm(cli_env, tmp_path) -> Non
     proc = subprocess.Popen(
         tritonpkg("serve", str(repo), "--http-port", str(http), "--grpc-port", str(grpc),
                   "--metrics-port", str(metrics), "--timeout", "60", "--json"),
-        env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, process_group=0)
+        env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **own_group())
     try:
         info = read_json_document(proc.stdout)
         print(f"`tritonpkg serve` ready after {time.monotonic() - started:.2f} s "

@@ -30,6 +30,7 @@ from tests.integration.s3_fixtures import s3_server  # noqa: F401 - fixture
 from tests.integration.test_runtime_server import group_pids
 from tests.integration.test_runtime_serve_cli import read_json_document, tritonpkg
 from tritonpkg.runtime import free_ports
+from tritonpkg.runtime.supervisor import own_group
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -170,7 +171,7 @@ def stack(archive, tmp_path_factory, s3_server):
     proc = subprocess.Popen(
         tritonpkg("serve", str(archive), "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port",
                   str(metrics), "--openai", "--openai-port", str(openai), "--timeout", "300", "--weights-root", str(weights_root), "--state-dir", str(tmp_path_factory.mktemp("state")), "--json"),
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, process_group=0)
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **own_group())
     try:
         try:
             info = read_json_document(proc.stdout)
@@ -253,7 +254,7 @@ def prometheus(stack, tmp_path_factory):
     proc = subprocess.Popen([str(PROMETHEUS), f"--config.file={root / 'prometheus.yml'}",
                              f"--storage.tsdb.path={root / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
                             stdout=subprocess.DEVNULL, stderr=open(root / "prometheus.log", "wb"),
-                            process_group=0)
+                            **own_group())
     try:
         yield f"http://127.0.0.1:{port}", root / "prometheus.log"
     finally:
@@ -373,7 +374,7 @@ def test_sigterm_during_start_up_aborts_it_and_leaves_nothing(tmp_path: Path) ->
     http = free_ports(1)[0]
     proc = subprocess.Popen(tritonpkg("serve", str(archive), "--state-dir", str(state), "--http-port", str(http),
                                       "--grpc-port", "0", "--metrics-port", "0", "--timeout", "300"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, process_group=0,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **own_group(),
                             env={**os.environ, "NO_COLOR": "1"})
     try:
         deadline = time.monotonic() + 60

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 _LIVE: set["ProcessGroup"] = set()
 _LIVE_LOCK = threading.Lock()
@@ -43,6 +43,20 @@ def _pdeathsig_hook():
     return hook
 
 
+def own_group(then: Callable[[], None] | None = None) -> dict:
+    """Popen arguments that make the child lead a new process group in the caller's session, then run
+    `then` before exec (`process_group=` is Python 3.11+; 3.10 gets the same setpgid in a preexec_fn)."""
+    if sys.version_info >= (3, 11):
+        return {"process_group": 0, "preexec_fn": then}
+
+    def hook() -> None:
+        os.setpgid(0, 0)
+        if then is not None:
+            then()
+
+    return {"preexec_fn": hook}
+
+
 class ProcessGroup:
     """One started child, leader of its own process group, with its output appended to `log_path`."""
 
@@ -58,7 +72,7 @@ class ProcessGroup:
 
     @property
     def pgid(self) -> int | None:
-        return self.pid  # process_group=0 makes the child its group's leader
+        return self.pid  # own_group() makes the child its group's leader
 
     def start(self) -> None:
         use_pdeathsig = sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread()
@@ -69,8 +83,7 @@ class ProcessGroup:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                process_group=0,
-                preexec_fn=_pdeathsig_hook() if use_pdeathsig else None,
+                **own_group(_pdeathsig_hook() if use_pdeathsig else None),
             )
         with _LIVE_LOCK:
             _LIVE.add(self)
