@@ -14,10 +14,13 @@ from tritonpkg.runtime.supervisor import ProcessGroup
 
 
 def _autogroup(pid: int | str) -> str | None:
+    """The task's autogroup; None where there is none (no CONFIG_SCHED_AUTOGROUP, or the task sits in a
+    non-root cpu cgroup, where the kernel prints nothing)."""
     try:
-        return Path(f"/proc/{pid}/autogroup").read_text().split()[0]
+        fields = Path(f"/proc/{pid}/autogroup").read_text().split()
     except OSError:
         return None
+    return fields[0] if fields else None
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sessions and autogroups as Linux has them")
