@@ -2,7 +2,7 @@
 Triton gRPC streams) and directly (text), against sentence-transformers on all-MiniLM-L6-v2.
 
 One server for the module with three Python-backend models (no vLLM engine): the example's embedding
-model (512-token budget), a copy that declares Matryoshka sizes, refuses over-long inputs by default and
+model (its token budget), a copy that declares Matryoshka sizes, refuses over-long inputs by default and
 lets its gateway hold only 2500 tokens in flight, and the example's scoring model; the OpenAI frontend
 runs in front of the same server."""
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import re
 import runpy
 from pathlib import Path
 
@@ -43,7 +44,8 @@ def repo(tmp_path_factory):
     data = yaml.safe_load(specs["embed"].read_text())
     data["name"] = MRL
     data["python"]["instance_count"] = 1
-    data["python"]["parameters"].update(matryoshka_dimensions=[128, 256], truncate=False, max_inflight_tokens=2500)
+    data["python"]["parameters"].update(matryoshka_dimensions=[128, 256], truncate=False, max_inflight_tokens=2500,
+                                        omp_wait_policy=None)
     (root / "mrl").mkdir()
     (root / "mrl" / "tritonpkg.yaml").write_text(yaml.safe_dump(data))
     package_spec(load_spec(root / "mrl"), repo)
@@ -54,7 +56,8 @@ def repo(tmp_path_factory):
 def server(repo):
     from tritonpkg.runtime import TritonServer, ensure_runtime
 
-    with TritonServer(repo, runtime=ensure_runtime(), startup_timeout=180) as server:
+    # libgomp prints its settings when torch loads it: the log shows what each model's stub got
+    with TritonServer(repo, runtime=ensure_runtime(), startup_timeout=180, env={"OMP_DISPLAY_ENV": "VERBOSE"}) as server:
         yield server
 
 
@@ -128,6 +131,13 @@ def unnormalized(st, texts):
 
 def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+def test_template_models_load_openmp_without_spinning_unless_the_spec_says_null(server):
+    log = server.log_path.read_text(errors="replace")
+    spins = re.findall(r"GOMP_SPINCOUNT = '(\d+)'", log)
+    assert spins.count("0") >= 2, spins  # minilm_embed and minilm_score: PASSIVE, set before torch loaded
+    assert spins.count("300000") == 1, spins  # minilm_mrl (omp_wait_policy: null): libgomp's default spin
 
 
 def test_gateway_embeddings_equal_sentence_transformers_in_order_across_splits(server, st):
