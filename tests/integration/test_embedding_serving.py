@@ -2,9 +2,9 @@
 Triton gRPC streams) and directly (text), against sentence-transformers on all-MiniLM-L6-v2.
 
 One server for the module with three Python-backend models (no vLLM engine): the example's embedding
-model (its token budget), a copy that declares Matryoshka sizes, refuses over-long inputs by default and
-lets its gateway hold only 2500 tokens in flight, and the example's scoring model; the OpenAI frontend
-runs in front of the same server."""
+model (its token budget), a copy that declares Matryoshka sizes, refuses over-long inputs by default,
+lets its gateway hold only 2500 tokens in flight and computes in bfloat16, and the example's scoring
+model; the OpenAI frontend runs in front of the same server."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def repo(tmp_path_factory):
     data["name"] = MRL
     data["python"]["instance_count"] = 1
     data["python"]["parameters"].update(matryoshka_dimensions=[128, 256], truncate=False, max_inflight_tokens=2500,
-                                        omp_wait_policy=None)
+                                        omp_wait_policy=None, dtype="bfloat16")
     (root / "mrl").mkdir()
     (root / "mrl" / "tritonpkg.yaml").write_text(yaml.safe_dump(data))
     package_spec(load_spec(root / "mrl"), repo)

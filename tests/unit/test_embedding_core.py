@@ -199,3 +199,19 @@ def test_equal_length_neighbours_attend_through_a_view_and_match_one_by_one():
     assert group_indices([5, 5, 5])[0].span == (0, 3, 5)
     batch = model.encode(pack(seqs))
     assert torch.allclose(batch, torch.cat([model.encode(pack([s])) for s in seqs]), atol=1e-5)
+
+
+def test_bfloat16_compute_keeps_the_residual_stream_in_float32_and_stays_within_the_bar(minilm, tokenizer):
+    half = PackedBert.from_pretrained(MINILM, "bfloat16")
+    assert half.layers[0].qkv_w.dtype == half.layers[0].down_b.dtype == torch.bfloat16
+    assert half.word.dtype == half.layers[0].ln2_w.dtype == torch.float32
+    texts = ["hello world", "The quick brown fox jumps over the lazy dog near the river bank.", "a",
+             "Embeddings map text to vectors " * 80, "hello world again"]
+    ids = encode_texts(tokenizer, texts, 512, True)
+    assert len(ids[3]) == 512
+    full = finish_vectors(minilm.encode(pack(ids)).numpy(), True, None)  # = sentence-transformers (test above)
+    vectors = half.encode(pack(ids))
+    assert vectors.dtype == torch.float32
+    assert (finish_vectors(vectors.numpy(), True, None) * full).sum(1).min() >= 0.999
+    with pytest.raises(ValueError, match="compute dtype 'float16' is not supported.*float32, bfloat16"):
+        PackedBert.from_pretrained(MINILM, "float16")

@@ -4,7 +4,11 @@ names of Hugging Face BERT checkpoints, which are stable) and its config.json.
 Two attention paths: `encode` (eager, any batch) runs attention per length group, so the only padding
 is inside groups of near-equal lengths; `encode_static` takes a batch padded to a fixed token count and
 uses a block-diagonal mask, so every shape depends only on (sequence count, padded tokens) and the
-whole forward can be captured in a CUDA graph."""
+whole forward can be captured in a CUDA graph.
+
+`compute_dtype` bfloat16 keeps the matmul weights in bfloat16 and runs the linear layers and attention in
+it (AMX / AVX512-BF16 on CPUs, tensor cores on GPUs); the residual stream, LayerNorms and pooling stay
+float32, which keeps MiniLM's vectors within cosine 0.9999 of float32's."""
 
 from __future__ import annotations
 
@@ -17,12 +21,33 @@ import torch.nn.functional as F
 
 from .packing import Packed, group_indices
 
+COMPUTE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def resolve_compute_dtype(name: str, device: str = "cpu") -> str:
+    """`auto` -> bfloat16 where the hardware computes it natively (a GPU with bf16, a CPU with AMX or
+    AVX512-BF16: 2.5-3.4x faster than float32 for MiniLM on this machine's AMX), float32 elsewhere,
+    where bfloat16 would be emulated and slower."""
+    if name != "auto":
+        return name
+    if device.startswith("cuda"):
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return "float32"
+    return "bfloat16" if {"amx_bf16", "avx512_bf16"} & set(flags) else "float32"
+
+
 _ACTIVATIONS = {"gelu": F.gelu, "gelu_new": lambda x: F.gelu(x, approximate="tanh"), "relu": F.relu}
 
 
 class PackedBert(torch.nn.Module):
-    def __init__(self, config: Mapping, state: Mapping[str, torch.Tensor]) -> None:
+    def __init__(self, config: Mapping, state: Mapping[str, torch.Tensor], compute_dtype: str = "float32") -> None:
         super().__init__()
+        if compute_dtype not in COMPUTE_DTYPES:
+            raise ValueError(f"compute dtype {compute_dtype!r} is not supported (expected one of {', '.join(COMPUTE_DTYPES)})")
+        self.compute_dtype = COMPUTE_DTYPES[compute_dtype]
         self.hidden = int(config["hidden_size"])
         self.heads = int(config["num_attention_heads"])
         self.head_dim = self.hidden // self.heads
@@ -33,7 +58,9 @@ class PackedBert(torch.nn.Module):
             raise ValueError(f"hidden_act {act!r} is not supported (expected one of {', '.join(_ACTIVATIONS)})")
         self.act = _ACTIVATIONS[act]
         state = _strip_prefix(state)
-        p = lambda k: torch.nn.Parameter(state[k].detach().clone().float(), requires_grad=False)  # noqa: E731
+        p = lambda k, dtype=torch.float32: torch.nn.Parameter(  # noqa: E731
+            state[k].detach().clone().to(dtype), requires_grad=False)
+        mm = lambda k: p(k, self.compute_dtype)  # noqa: E731
         self.word = p("embeddings.word_embeddings.weight")
         self.position = p("embeddings.position_embeddings.weight")
         self.token_type = p("embeddings.token_type_embeddings.weight")
@@ -43,19 +70,18 @@ class PackedBert(torch.nn.Module):
             pre = f"encoder.layer.{i}."
             layer = torch.nn.Module()
             att = pre + "attention.self."
-            layer.qkv_w = torch.nn.Parameter(torch.cat([state[att + n + ".weight"] for n in ("query", "key", "value")]).float(),
-                                             requires_grad=False)
-            layer.qkv_b = torch.nn.Parameter(torch.cat([state[att + n + ".bias"] for n in ("query", "key", "value")]).float(),
-                                             requires_grad=False)
-            layer.out_w, layer.out_b = p(pre + "attention.output.dense.weight"), p(pre + "attention.output.dense.bias")
+            for part in ("weight", "bias"):
+                fused = torch.cat([state[f"{att}{n}.{part}"] for n in ("query", "key", "value")])
+                setattr(layer, f"qkv_{part[0]}", torch.nn.Parameter(fused.to(self.compute_dtype), requires_grad=False))
+            layer.out_w, layer.out_b = mm(pre + "attention.output.dense.weight"), mm(pre + "attention.output.dense.bias")
             layer.ln1_w, layer.ln1_b = p(pre + "attention.output.LayerNorm.weight"), p(pre + "attention.output.LayerNorm.bias")
-            layer.up_w, layer.up_b = p(pre + "intermediate.dense.weight"), p(pre + "intermediate.dense.bias")
-            layer.down_w, layer.down_b = p(pre + "output.dense.weight"), p(pre + "output.dense.bias")
+            layer.up_w, layer.up_b = mm(pre + "intermediate.dense.weight"), mm(pre + "intermediate.dense.bias")
+            layer.down_w, layer.down_b = mm(pre + "output.dense.weight"), mm(pre + "output.dense.bias")
             layer.ln2_w, layer.ln2_b = p(pre + "output.LayerNorm.weight"), p(pre + "output.LayerNorm.bias")
             self.layers.append(layer)
 
     @classmethod
-    def from_pretrained(cls, folder: str | Path) -> "PackedBert":
+    def from_pretrained(cls, folder: str | Path, compute_dtype: str = "float32") -> "PackedBert":
         """config.json + model.safetensors (or pytorch_model.bin) of a BERT checkpoint folder."""
         folder = Path(folder)
         config = json.loads((folder / "config.json").read_text())
@@ -67,7 +93,7 @@ class PackedBert(torch.nn.Module):
             state = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
         else:
             raise FileNotFoundError(f"{folder} holds neither model.safetensors nor pytorch_model.bin")
-        return cls(config, state)
+        return cls(config, state, compute_dtype)
 
     @classmethod
     def random(cls, config: Mapping, seed: int = 0) -> "PackedBert":
@@ -94,13 +120,14 @@ class PackedBert(torch.nn.Module):
         return F.layer_norm(x, (self.hidden,), self.emb_ln[0], self.emb_ln[1], self.eps)
 
     def _layers(self, x: torch.Tensor, attend) -> torch.Tensor:
-        h = self.hidden
+        h, c = self.hidden, self.compute_dtype  # .to(c) and .float() return x itself when c is float32
         for layer in self.layers:
-            qkv = F.linear(x, layer.qkv_w, layer.qkv_b)
+            qkv = F.linear(x.to(c), layer.qkv_w, layer.qkv_b)
             a = attend(qkv)
-            x = F.layer_norm(x + F.linear(a, layer.out_w, layer.out_b), (h,), layer.ln1_w, layer.ln1_b, self.eps)
-            up = self.act(F.linear(x, layer.up_w, layer.up_b))
-            x = F.layer_norm(x + F.linear(up, layer.down_w, layer.down_b), (h,), layer.ln2_w, layer.ln2_b, self.eps)
+            x = F.layer_norm(x + F.linear(a, layer.out_w, layer.out_b).float(), (h,), layer.ln1_w, layer.ln1_b, self.eps)
+            up = self.act(F.linear(x.to(c), layer.up_w, layer.up_b))
+            x = F.layer_norm(x + F.linear(up, layer.down_w, layer.down_b).float(), (h,), layer.ln2_w, layer.ln2_b,
+                             self.eps)
         return x
 
     def _split_heads(self, t: torch.Tensor) -> torch.Tensor:  # [..., L, H] -> [..., heads, L, d]

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .encoder import PackedBert
+from .encoder import PackedBert, resolve_compute_dtype
 from .engine import EmbeddingEngine
 from .errors import EmbeddingInputError
 from .options import check_dimensions, cosine_scores, finish_vectors
@@ -40,7 +40,8 @@ class _EngineModel:
         if args.get("model_instance_kind") == "GPU" and torch.cuda.is_available():
             device = f"cuda:{args.get('model_instance_device_id', 0)}"
             torch.cuda.set_device(device)
-        self.model = PackedBert.from_pretrained(weights).to(device).eval()
+        self.dtype = resolve_compute_dtype(settings.get("dtype") or "float32", device)
+        self.model = PackedBert.from_pretrained(weights, self.dtype).to(device).eval()
         self.tokenizer = load_tokenizer(os.path.join(weights, "tokenizer.json"))
         self.max_length = min(int(settings.get("max_length") or self.model.max_positions), self.model.max_positions)
         self.engine = EmbeddingEngine(self.model, int(settings["token_budget"]),
