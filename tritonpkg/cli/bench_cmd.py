@@ -21,9 +21,13 @@ def embeddings(
                                 help="Comma-separated: tritonpkg, floor (in-process sentence-transformers), vllm, infinity."),
     install_baselines: bool = typer.Option(False, "--install-baselines",
                                            help="Install infinity-emb into its own virtualenv first."),
+    dtype: str = typer.Option("float32", "--dtype", help="Precision every system computes in: float32 or bfloat16 "
+                              "(bfloat16 pays off on CPUs with AMX or AVX512-BF16)."),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON instead of a table."),
 ) -> None:
-    """Latency, scoring, throughput and concurrency on all-MiniLM-L6-v2, with ratios to each baseline."""
+    """Latency, scoring, throughput and concurrency on all-MiniLM-L6-v2, with ratios to each baseline.
+
+    Every system is started first; each scenario then runs them in alternating rounds."""
     from tritonpkg.benchmarks import embeddings as bench
 
     chosen = tuple(s.strip() for s in systems.split(",") if s.strip())
@@ -32,14 +36,17 @@ def embeddings(
         err_console.print(f"[bold red]error:[/] --systems: unknown {', '.join(unknown) or '(none given)'} "
                           f"(expected some of {', '.join(SYSTEMS)})")
         raise typer.Exit(EXIT_USAGE)
+    if dtype not in ("float32", "bfloat16"):
+        err_console.print(f"[bold red]error:[/] --dtype: {dtype!r} (expected float32 or bfloat16)")
+        raise typer.Exit(EXIT_USAGE)
     if install_baselines and "infinity" in chosen and not bench.infinity_installed():
         bench.install_infinity(lambda m: err_console.print(m))
-    settings = bench.Settings(quick=quick, systems=chosen, log=lambda m: err_console.print(m))
+    settings = bench.Settings(quick=quick, systems=chosen, log=lambda m: err_console.print(m), dtype=dtype)
     rows, skipped = bench.run(settings, bench.minilm_weights())
     if as_json:
-        print_json({"rows": [asdict(r) for r in rows], "skipped": skipped})
+        print_json({"dtype": dtype, "rows": [asdict(r) for r in rows], "skipped": skipped})
     else:
         from rich.console import Console
 
         wide = console if console.is_terminal and console.width >= 170 else Console(width=170)  # 9 columns
-        wide.print(bench.table(rows, skipped))
+        wide.print(bench.table(rows, skipped, dtype))
