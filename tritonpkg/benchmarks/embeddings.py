@@ -46,7 +46,7 @@ class Settings:
     def count(self, what: str) -> int:
         """How many requests (or rounds) a scenario makes: (quick, full)."""
         quick, full = {"latency": (30, 200), "rounds": (6, 10), "throughput": (2, 4), "scoring": (2, 10),
-                       "concurrency": (2, 20)}[what]
+                       "concurrency": (4, 20)}[what]
         return quick if self.quick else full
 
 
