@@ -58,9 +58,10 @@ class PackedBert(torch.nn.Module):
             raise ValueError(f"hidden_act {act!r} is not supported (expected one of {', '.join(_ACTIVATIONS)})")
         self.act = _ACTIVATIONS[act]
         state = _strip_prefix(state)
-        p = lambda k, dtype=torch.float32: torch.nn.Parameter(  # noqa: E731
-            state[k].detach().clone().to(dtype), requires_grad=False)
-        mm = lambda k: p(k, self.compute_dtype)  # noqa: E731
+        param = lambda t, dtype=torch.float32: torch.nn.Parameter(t.detach().clone().to(dtype),  # noqa: E731
+                                                                 requires_grad=False)
+        p = lambda k: param(state[k])  # noqa: E731
+        mm = lambda k: param(state[k], self.compute_dtype)  # noqa: E731
         self.word = p("embeddings.word_embeddings.weight")
         self.position = p("embeddings.position_embeddings.weight")
         self.token_type = p("embeddings.token_type_embeddings.weight")
@@ -70,9 +71,8 @@ class PackedBert(torch.nn.Module):
             pre = f"encoder.layer.{i}."
             layer = torch.nn.Module()
             att = pre + "attention.self."
-            for part in ("weight", "bias"):
-                fused = torch.cat([state[f"{att}{n}.{part}"] for n in ("query", "key", "value")])
-                setattr(layer, f"qkv_{part[0]}", torch.nn.Parameter(fused.to(self.compute_dtype), requires_grad=False))
+            qkv = lambda part: torch.cat([state[f"{att}{n}.{part}"] for n in ("query", "key", "value")])  # noqa: E731
+            layer.qkv_w, layer.qkv_b = param(qkv("weight"), self.compute_dtype), param(qkv("bias"), self.compute_dtype)
             layer.out_w, layer.out_b = mm(pre + "attention.output.dense.weight"), mm(pre + "attention.output.dense.bias")
             layer.ln1_w, layer.ln1_b = p(pre + "attention.output.LayerNorm.weight"), p(pre + "attention.output.LayerNorm.bias")
             layer.up_w, layer.up_b = mm(pre + "intermediate.dense.weight"), mm(pre + "intermediate.dense.bias")

@@ -40,8 +40,8 @@ class _EngineModel:
         if args.get("model_instance_kind") == "GPU" and torch.cuda.is_available():
             device = f"cuda:{args.get('model_instance_device_id', 0)}"
             torch.cuda.set_device(device)
-        self.dtype = resolve_compute_dtype(settings.get("dtype") or "float32", device)
-        self.model = PackedBert.from_pretrained(weights, self.dtype).to(device).eval()
+        dtype = resolve_compute_dtype(settings.get("dtype") or "float32", device)
+        self.model = PackedBert.from_pretrained(weights, dtype).to(device).eval()
         self.tokenizer = load_tokenizer(os.path.join(weights, "tokenizer.json"))
         self.max_length = min(int(settings.get("max_length") or self.model.max_positions), self.model.max_positions)
         self.engine = EmbeddingEngine(self.model, int(settings["token_budget"]),
