@@ -4,7 +4,10 @@ For B rows x V vocab float32 logits, two cases: "allow50" (each row may only tak
 "mostly" (each row bans its own 50 ids). Methods, each timed as the median of repeated calls:
   floor   one logits.fill_() pass: the least a restrict-to-few-ids write can cost
   cpp     tritonpkg_logits Engine.apply (rows on a thread pool, GIL released, cheapest write per row)
-  python  a per-request Python processor: a torch op sequence per row
+  python  a lean per-request Python processor: save the allowed values, fill, restore, per row
+  v0      vLLM V0's own per-request shape: its per-row harness (call the processor with the row's output
+          ids, write the returned row back) around its allowed-token-ids processor (a boolean mask built
+          once per request, then one masked_fill_ per row and step)
   xgr     xgrammar.apply_token_bitmask_inplace on the CPU with a prebuilt bitmask (bitmask build not timed)
 
     .venv/bin/python bench/logits.py [--quick] [--json out.json] [--vllm]
@@ -38,6 +41,19 @@ def timeit(fn, budget_s: float = 0.25, max_iter: int = 60) -> float:
     return statistics.median(times) * 1e6
 
 
+class V0MaskProcessor:
+    """A per-request processor as vLLM V0 shipped them: called per row with (output ids, row)."""
+
+    def __init__(self, ids: list[int], ban: bool):
+        self.ids, self.ban, self.mask = ids, ban, None
+
+    def __call__(self, output_ids: list[int], row: torch.Tensor) -> torch.Tensor:
+        if self.mask is None:
+            self.mask = torch.full((row.shape[-1],), not self.ban, dtype=torch.bool)
+            self.mask[self.ids] = self.ban
+        return row.masked_fill_(self.mask, float("-inf"))
+
+
 def bench_cell(b: int, v: int, case: str, gen: torch.Generator) -> dict[str, float]:
     import xgrammar
 
@@ -61,17 +77,25 @@ def bench_cell(b: int, v: int, case: str, gen: torch.Generator) -> dict[str, flo
             else:
                 x[r] = neg
 
+    procs = [V0MaskProcessor(r.tolist(), ban=case != "allow50") for r in ids]
+    outputs = [[] for _ in ids]
+
+    def v0_rows():
+        for row, proc in enumerate(procs):
+            logits[row] = proc(outputs[row], logits[row])
+
     bitmask = eng.bitmask(b)
     out = {
         "floor": timeit(lambda: logits.fill_(neg)),
         "cpp": timeit(lambda: eng.apply(logits)),
         "python": timeit(python_rows),
+        "v0": timeit(v0_rows),
         "xgr": timeit(lambda: xgrammar.apply_token_bitmask_inplace(logits, bitmask, vocab_size=v, backend="cpu")),
     }
     return out
 
 
-def vllm_decode(n: int = 16, max_tokens: int = 128) -> dict[str, float]:
+def vllm_decode(n: int = 16, max_tokens: int = 128, rounds: int = 8) -> dict[str, float]:
     import importlib.util
     import os
     import tempfile
@@ -91,16 +115,21 @@ def vllm_decode(n: int = 16, max_tokens: int = 128) -> dict[str, float]:
     llm = LLM(model=str(model), enforce_eager=True, max_model_len=256, max_num_seqs=n, seed=0, block_size=32, dtype="bfloat16")
     prompts = [f"hello world {i}" for i in range(n)]
     constraints = [{"type": "allow", "tokens": list(range(3 + i, 53 + i))} for i in range(n)]
-    result = {}
-    for label, extra in (("off", [None] * n), ("on", [{"constraint": c} for c in constraints])):
-        params = [SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=1.0, extra_args=e) for e in extra]
-        llm.generate(prompts, params, use_tqdm=False)  # warm-up
-        best = 0.0
-        for _ in range(3):
+    params = {
+        label: [SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=1.0, extra_args=e) for e in extra]
+        for label, extra in (("off", [None] * n), ("on", [{"constraint": c} for c in constraints]))
+    }
+    for p in params.values():
+        llm.generate(prompts, p, use_tqdm=False)  # warm-up
+    # Rounds alternate which setting goes first: this machine's speed drifts within a run.
+    tps: dict[str, list[float]] = {"off": [], "on": []}
+    for i in range(rounds):
+        for label in ("off", "on") if i % 2 == 0 else ("on", "off"):
             t0 = time.perf_counter()
-            outs = llm.generate(prompts, params, use_tqdm=False)
-            best = max(best, sum(len(o.outputs[0].token_ids) for o in outs) / (time.perf_counter() - t0))
-        result[label] = best
+            outs = llm.generate(prompts, params[label], use_tqdm=False)
+            tps[label].append(sum(len(o.outputs[0].token_ids) for o in outs) / (time.perf_counter() - t0))
+    result = {label: statistics.median(v) for label, v in tps.items()}
+    result["ratio"] = statistics.median(on / off for on, off in zip(tps["on"], tps["off"]))
     return result
 
 
@@ -122,17 +151,18 @@ def main() -> None:
                 rows.append({"case": case, "B": b, "V": v, **r})
                 print(f"{case} B={b} V={v}: " + ", ".join(f"{k}={x:.0f}us" for k, x in r.items()), flush=True)
     table = Table(title=f"constraint masking per step, median µs ({torch.get_num_threads()} torch threads)")
-    for col in ("case", "B", "V", "floor", "C++", "C++/row", "python", "xgrammar", "C++/floor", "python/C++", "xgr/C++"):
+    for col in ("case", "B", "V", "floor", "C++", "C++/row", "python", "V0", "xgrammar", "C++/floor", "python/C++",
+                "V0/C++", "xgr/C++"):
         table.add_column(col, justify="right")
     for r in rows:
         table.add_row(r["case"], str(r["B"]), str(r["V"]), f"{r['floor']:.0f}", f"{r['cpp']:.0f}", f"{r['cpp'] / r['B']:.1f}",
-                      f"{r['python']:.0f}", f"{r['xgr']:.0f}", f"{r['cpp'] / r['floor']:.2f}x",
-                      f"{r['python'] / r['cpp']:.1f}x", f"{r['xgr'] / r['cpp']:.1f}x")
+                      f"{r['python']:.0f}", f"{r['v0']:.0f}", f"{r['xgr']:.0f}", f"{r['cpp'] / r['floor']:.2f}x",
+                      f"{r['python'] / r['cpp']:.1f}x", f"{r['v0'] / r['cpp']:.1f}x", f"{r['xgr'] / r['cpp']:.1f}x")
     Console(width=160).print(table)
     if args.vllm:
         tps = vllm_decode()
-        print(f"vLLM CPU tiny Llama, 16 concurrent x 128 tokens: off {tps['off']:.0f} tok/s, on {tps['on']:.0f} tok/s, "
-              f"on/off {tps['on'] / tps['off']:.2f}")
+        print(f"vLLM CPU tiny Llama, 16 concurrent x 128 tokens, 8 alternating rounds (medians): off {tps['off']:.0f} "
+              f"tok/s, on {tps['on']:.0f} tok/s, on/off per round {tps['ratio']:.2f}")
         rows.append({"case": "vllm_decode_tok_s", **tps})
     if args.json:
         with open(args.json, "w") as f:

@@ -20,7 +20,9 @@ PYTHON=${PYTHON:-python3}
 DEVICE=${TRITONPKG_DEVICE:-cpu}
 VENV=${TRITONPKG_VENV:-.venv}
 STAMP="$VENV/.tritonpkg-setup-$DEVICE"
-want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
+# logits_ext is installed as a built copy, not editable: its sources are part of what must be current.
+want=$(cat pyproject.toml scripts/setup.sh logits_ext/setup.py logits_ext/pyproject.toml logits_ext/src/* \
+  logits_ext/tritonpkg_logits/*.py | sha256sum | cut -c1-16)
 
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
   echo "setup: $VENV is up to date ($DEVICE)"

@@ -13,12 +13,15 @@ class Engine:
 
     ``token_bytes[i]`` is the text token ``i`` spells (needed only by ``choice``); ``eos_ids`` are the
     ids that end a request (allowed in accepting states, and the only ids left after a violation).
+    Rows are masked on the process's OpenMP team (torch's, whose threads the forward pass just used):
+    ``num_threads=0`` follows ``torch.get_num_threads()`` at every call, N > 0 fixes the team size.
     """
 
     def __init__(self, vocab_size: int, eos_ids: Sequence[int], token_bytes: Sequence[bytes] = (), num_threads: int = 0):
         self.vocab_size = vocab_size
         self.eos_ids = sorted(set(eos_ids))
-        self._core = _core.Engine(vocab_size, self.eos_ids, list(token_bytes), num_threads)
+        self.num_threads = num_threads
+        self._core = _core.Engine(vocab_size, self.eos_ids, list(token_bytes))
         self._stage = None  # device bitmask buffers, made on the first non-CPU-float32 apply
 
     def compile(self, spec: Any) -> int:
@@ -72,29 +75,19 @@ class Engine:
     def allowed(self, row: int) -> list[int]:
         return self._core.allowed(row)
 
+    def _threads(self) -> int:
+        import torch
+
+        return self.num_threads or torch.get_num_threads()
+
     def apply(self, logits, slots: Sequence[int] | None = None) -> int:
         """Mask CPU float32 ``logits`` [rows, V] in place; returns rows left on a placeholder."""
         import torch
 
         if logits.device.type != "cpu" or logits.dtype != torch.float32 or logits.dim() != 2 or logits.stride(1) != 1:
             raise ValueError("Engine.apply needs a 2-D CPU float32 tensor with contiguous rows; use apply_any()")
-        return self._core.apply(logits.data_ptr(), logits.shape[0], logits.shape[1], logits.stride(0), list(slots or ()))
-
-    def apply_split(self, logits, slots: Sequence[int] | None = None) -> int:
-        """apply() with the -inf fill of restricted rows done by torch (its OpenMP threads stay hot in a
-        decode loop; this engine's pool sleeps between steps). Same result, bit for bit."""
-        import torch
-
-        if logits.device.type != "cpu" or logits.dtype != torch.float32 or logits.dim() != 2 or logits.stride(1) != 1:
-            raise ValueError("Engine.apply_split needs a 2-D CPU float32 tensor with contiguous rows")
-        rows, stale = self._core.apply_save(logits.data_ptr(), logits.shape[0], logits.shape[1], logits.stride(0),
-                                            list(slots or ()))
-        if len(rows) == logits.shape[0]:
-            logits.fill_(float("-inf"))
-        elif rows:
-            logits.index_fill_(0, torch.tensor(rows), float("-inf"))
-        self._core.apply_restore()
-        return stale
+        return self._core.apply(logits.data_ptr(), logits.shape[0], logits.shape[1], logits.stride(0), list(slots or ()),
+                                self._threads())
 
     def bitmask(self, n_rows: int, slots: Sequence[int] | None = None, out=None):
         """Packed int32 [n_rows, ceil(V/32)] allowed-bitmask built on the CPU (bit set = allowed)."""
@@ -103,7 +96,7 @@ class Engine:
         words = (self.vocab_size + 31) // 32
         if out is None:
             out = torch.empty((n_rows, words), dtype=torch.int32)
-        self._core.fill_bitmask(out.data_ptr(), n_rows, words, list(slots or ()))
+        self._core.fill_bitmask(out.data_ptr(), n_rows, words, list(slots or ()), self._threads())
         return out
 
     def apply_any(self, logits, slots: Sequence[int] | None = None) -> int:
@@ -119,7 +112,7 @@ class Engine:
             self._stage = MaskStage((self.vocab_size + 31) // 32)
         n_rows = logits.shape[0]
         host = self._stage.host_rows(n_rows)
-        stale = self._core.fill_bitmask(host.data_ptr(), n_rows, host.shape[1], list(slots or ()))
+        stale = self._core.fill_bitmask(host.data_ptr(), n_rows, host.shape[1], list(slots or ()), self._threads())
         packed = self._stage.upload(host, logits.device) if logits.is_cuda else host
         apply_bitmask(logits, packed, self.vocab_size)
         return stale

@@ -116,14 +116,10 @@ def test_engine_matches_reference_over_random_batches(data, n_rows):
             truncated.clear()
             seed = data.draw(st.integers(0, 2**31 - 1))
             logits = torch.randn(n_rows, V, generator=torch.Generator().manual_seed(seed))
-            mine, theirs, packed, split = logits.clone(), logits.clone(), logits.clone(), logits.clone()
-            # either one brings the rows' states up to date first; both must match the reference
-            first, second = ((eng.apply, mine), (eng.apply_split, split))[::data.draw(st.sampled_from([1, -1]))]
-            first[0](first[1])
-            second[0](second[1])
+            mine, theirs, packed = logits.clone(), logits.clone(), logits.clone()
+            eng.apply(mine)
             ref.apply(theirs)
             assert torch.equal(mine, theirs)
-            assert torch.equal(split, theirs)
             apply_bitmask(packed, eng.bitmask(n_rows), V)
             assert torch.equal(packed, theirs)
             for r in ref.rows:
@@ -146,9 +142,9 @@ def test_incremental_equals_replay(spec, stream):
     assert eng.consumed(0) == eng.consumed(1) == len(stream)
 
 
-def test_thread_pool_rows_match_reference_at_real_width():
-    """Wide batches go through the worker pool (and, past 32 MiB, streaming stores); every row still
-    gets exactly its own mask."""
+def test_parallel_rows_match_reference_at_real_width():
+    """Wide batches are split over OpenMP threads (and, past 32 MiB, use streaming stores); every row
+    still gets exactly its own mask, through the in-place and the bitmask paths."""
     width, eos, n = 32000, 2, 272
     eng = Engine(width, [eos], num_threads=4)
     ref = RefEngine(width, [eos])
@@ -165,13 +161,29 @@ def test_thread_pool_rows_match_reference_at_real_width():
         ref.set_row(row, ref.compile(spec), out)
     assert eng.num_constraints == 3  # compiled once per distinct spec
     logits = torch.randn(n, width, generator=g)
-    mine = logits.clone()
+    mine, packed = logits.clone(), logits.clone()
     eng.apply(mine)
+    apply_bitmask(packed, eng.bitmask(n), width)
     for row in range(n):
         keep = torch.zeros(width, dtype=torch.bool)
         keep[ref.allowed(row)] = True
         expect = logits[row].masked_fill(~keep, float("-inf"))
         assert torch.equal(mine[row], expect), row
+        assert torch.equal(packed[row], expect), row
+
+
+def test_engine_masks_on_torchs_openmp_runtime():
+    """The parallel rows run on torch's own OpenMP team only if the build has OpenMP and the process
+    holds one libgomp under the soname both link (wheels that vendor a renamed copy, libgomp-<hash>.so,
+    keep theirs private), not a second runtime with threads of its own."""
+    import os
+
+    from tritonpkg_logits import _core
+
+    assert _core.openmp, "logits_ext was built without -fopenmp: rows would be masked on one thread"
+    with open("/proc/self/maps") as maps:
+        runtimes = {line.split()[-1] for line in maps if os.path.basename(line.split()[-1]).startswith("libgomp.so")}
+    assert len(runtimes) == 1, runtimes
 
 
 @pytest.mark.parametrize(
