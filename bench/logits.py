@@ -54,7 +54,7 @@ class V0MaskProcessor:
         return row.masked_fill_(self.mask, float("-inf"))
 
 
-def bench_cell(b: int, v: int, case: str, gen: torch.Generator) -> dict[str, float]:
+def bench_cell(b: int, v: int, case: str, gen: torch.Generator, rounds: int = 5) -> dict[str, float]:
     import xgrammar
 
     from tritonpkg_logits import Engine
@@ -85,13 +85,21 @@ def bench_cell(b: int, v: int, case: str, gen: torch.Generator) -> dict[str, flo
             logits[row] = proc(outputs[row], logits[row])
 
     bitmask = eng.bitmask(b)
-    out = {
-        "floor": timeit(lambda: logits.fill_(neg)),
-        "cpp": timeit(lambda: eng.apply(logits)),
-        "python": timeit(python_rows),
-        "v0": timeit(v0_rows),
-        "xgr": timeit(lambda: xgrammar.apply_token_bitmask_inplace(logits, bitmask, vocab_size=v, backend="cpu")),
+    methods = {
+        "floor": lambda: logits.fill_(neg),
+        "cpp": lambda: eng.apply(logits),
+        "python": python_rows,
+        "v0": v0_rows,
+        "xgr": lambda: xgrammar.apply_token_bitmask_inplace(logits, bitmask, vocab_size=v, backend="cpu"),
     }
+    # Rounds interleave the methods, each round in another order: this machine's speed drifts within
+    # seconds, and one method timed after another differed by up to 2x between runs.
+    samples: dict[str, list[float]] = {k: [] for k in methods}
+    names = list(methods)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            samples[name].append(timeit(methods[name], budget_s=0.1, max_iter=30))
+    out = {k: statistics.median(vs) for k, vs in samples.items()}
     return out
 
 
@@ -136,6 +144,7 @@ def vllm_decode(n: int = 16, max_tokens: int = 128, rounds: int = 8) -> dict[str
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="B in {1, 32, 256} only")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds per cell (median of the rounds' medians)")
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--vllm", action="store_true", help="also measure vLLM decode tokens/s, constraints on vs off")
     args = ap.parse_args()
@@ -147,7 +156,7 @@ def main() -> None:
     for case in ("allow50", "mostly"):
         for v in VOCABS:
             for b in (1, 32, 256) if args.quick else BATCHES:
-                r = bench_cell(b, v, case, gen)
+                r = bench_cell(b, v, case, gen, args.rounds)
                 rows.append({"case": case, "B": b, "V": v, **r})
                 print(f"{case} B={b} V={v}: " + ", ".join(f"{k}={x:.0f}us" for k, x in r.items()), flush=True)
     table = Table(title=f"constraint masking per step, median µs ({torch.get_num_threads()} torch threads)")
