@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any, Sequence
 
 from tritonpkg_logits import _core
@@ -14,12 +13,8 @@ class Engine:
 
     ``token_bytes[i]`` is the text token ``i`` spells (needed only by ``choice``); ``eos_ids`` are the
     ids that end a request (allowed in accepting states, and the only ids left after a violation).
-    Rows are masked on the process's OpenMP team (torch's, whose threads a CPU forward pass just used):
-    ``num_threads=0`` follows ``torch.get_num_threads()`` at every call for CPU logits; the bitmask of
-    device logits is built on up to 8 of the CPUs the process may run on (the forward ran on the device,
-    so torch's team holds nothing in cache, and vLLM sets a GPU worker's torch threads to 1; the cap keeps
-    a many-core host from waking dozens of threads for a <= 2 MB bitmask, and is not measured on a GPU
-    host yet). N > 0 fixes the team size.
+    Rows are masked on the process's OpenMP team (torch's, whose threads the forward pass just used):
+    ``num_threads=0`` follows ``torch.get_num_threads()`` at every call, N > 0 fixes the team size.
     """
 
     def __init__(self, vocab_size: int, eos_ids: Sequence[int], token_bytes: Sequence[bytes] = (), num_threads: int = 0):
@@ -85,9 +80,6 @@ class Engine:
 
         return self.num_threads or torch.get_num_threads()
 
-    def _bitmask_threads(self) -> int:
-        return self.num_threads or min(8, len(os.sched_getaffinity(0)))
-
     def apply(self, logits, slots: Sequence[int] | None = None) -> int:
         """Mask CPU float32 ``logits`` [rows, V] in place; returns rows left on a placeholder."""
         import torch
@@ -104,7 +96,7 @@ class Engine:
         words = (self.vocab_size + 31) // 32
         if out is None:
             out = torch.empty((n_rows, words), dtype=torch.int32)
-        self._core.fill_bitmask(out.data_ptr(), n_rows, words, list(slots or ()), self._bitmask_threads())
+        self._core.fill_bitmask(out.data_ptr(), n_rows, words, list(slots or ()), self._threads())
         return out
 
     def apply_any(self, logits, slots: Sequence[int] | None = None) -> int:
@@ -120,8 +112,7 @@ class Engine:
             self._stage = MaskStage((self.vocab_size + 31) // 32)
         n_rows = logits.shape[0]
         host = self._stage.host_rows(n_rows)
-        threads = self._threads() if logits.device.type == "cpu" else self._bitmask_threads()
-        stale = self._core.fill_bitmask(host.data_ptr(), n_rows, host.shape[1], list(slots or ()), threads)
+        stale = self._core.fill_bitmask(host.data_ptr(), n_rows, host.shape[1], list(slots or ()), self._threads())
         packed = self._stage.upload(host, logits.device) if logits.is_cuda else host
         apply_bitmask(logits, packed, self.vocab_size)
         return stale
