@@ -14,7 +14,9 @@ class Engine:
     ``token_bytes[i]`` is the text token ``i`` spells (needed only by ``choice``); ``eos_ids`` are the
     ids that end a request (allowed in accepting states, and the only ids left after a violation).
     Rows are masked on the process's OpenMP team (torch's, whose threads the forward pass just used):
-    ``num_threads=0`` follows ``torch.get_num_threads()`` at every call, N > 0 fixes the team size.
+    ``num_threads=0`` follows ``torch.get_num_threads()`` at every call, N > 0 fixes the team size. On a
+    GPU worker vLLM sets torch's threads to 1 (spinning OpenMP threads would steal cycles from the step's
+    serial code), so there the bitmask of device logits is built on one thread unless N is given.
     """
 
     def __init__(self, vocab_size: int, eos_ids: Sequence[int], token_bytes: Sequence[bytes] = (), num_threads: int = 0):
