@@ -1,16 +1,16 @@
 """Per-step cost of constraint masking on CPU logits: the C++ engine (logits_ext) vs the alternatives.
 
 For B rows x V vocab float32 logits, two cases: "allow50" (each row may only take its own 50 ids) and
-"mostly" (each row bans its own 50 ids). Methods, each timed as the median of repeated calls:
+"mostly" (each row bans its own 50 ids). Methods, interleaved in rounds (median of each round's median):
   floor   one logits.fill_() pass: the least a restrict-to-few-ids write can cost
-  cpp     tritonpkg_logits Engine.apply (rows on a thread pool, GIL released, cheapest write per row)
+  cpp     tritonpkg_logits Engine.apply (rows on torch's OpenMP team, GIL released, cheapest write per row)
   python  a lean per-request Python processor: save the allowed values, fill, restore, per row
   v0      vLLM V0's own per-request shape: its per-row harness (call the processor with the row's output
           ids, write the returned row back) around its allowed-token-ids processor (a boolean mask built
           once per request, then one masked_fill_ per row and step)
   xgr     xgrammar.apply_token_bitmask_inplace on the CPU with a prebuilt bitmask (bitmask build not timed)
 
-    .venv/bin/python bench/logits.py [--quick] [--json out.json] [--vllm]
+    .venv/bin/python bench/logits.py [--quick] [--rounds 5] [--json out.json] [--vllm]
 
 --vllm also measures decode tokens/s of 16 concurrent requests in vLLM CPU on the tiny Llama
 (examples/tiny-llm), with a constraint on every request vs none (the plugin is loaded either way).
@@ -99,8 +99,7 @@ def bench_cell(b: int, v: int, case: str, gen: torch.Generator, rounds: int = 5)
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
             samples[name].append(timeit(methods[name], budget_s=0.1, max_iter=30))
-    out = {k: statistics.median(vs) for k, vs in samples.items()}
-    return out
+    return {k: statistics.median(vs) for k, vs in samples.items()}
 
 
 def vllm_decode(n: int = 16, max_tokens: int = 128, rounds: int = 8) -> dict[str, float]:
