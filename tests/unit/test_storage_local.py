@@ -78,6 +78,7 @@ def test_cli_hf_cache_json(tmp_path):
     summary = json.loads(out.stdout)
     assert summary["files"] == 3 and summary["bytes_downloaded"] == sum(map(len, FILES.values()))
     assert {"seconds", "mb_per_s", "files_skipped", "bytes_total"} <= set(summary)
+    assert summary["part_size"] == 8 << 20  # the automatic minimum for a small listing
 
 
 def test_fsspec_memory_url(tmp_path):
@@ -87,6 +88,9 @@ def test_fsspec_memory_url(tmp_path):
     fs.pipe({"/weights/m/a.bin": b"x" * 300_000, "/weights/m/b.json": b"{}"})
     result = materialize("memory://weights/m", tmp_path / "root", part_size=64 << 10)
     assert (result.path / "a.bin").read_bytes() == b"x" * 300_000 and result.model == "m"
+    assert result.part_size == 64 << 10
+    again = materialize("memory://weights/m", tmp_path / "root", part_size=64 << 10)
+    assert again.reused and again.part_size is None
 
 
 def test_not_enough_free_space_says_how_much_and_where(tmp_path):

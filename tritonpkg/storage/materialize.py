@@ -34,6 +34,7 @@ class MaterializeResult:
     bytes_reused: int  # linked from an earlier revision, or the whole READY copy when `reused`
     files_skipped: int  # files not fetched: unchanged in an earlier revision or already READY
     reused: bool  # a READY copy of this revision already existed: nothing was fetched
+    part_size: int | None  # bytes per ranged read of this run; None when nothing was fetched
     seconds: float
     waited_s: float  # time spent waiting for another materializer of the same revision
 
@@ -110,8 +111,8 @@ def _reuse(where: layout.ModelDir, rev: str, files: list[RemoteFile], source: st
     total = sum(f.size for f in files)
     return MaterializeResult(path=target, model=where.model, revision=rev, source=source, files=len(files),
                              bytes_total=total, bytes_downloaded=0, bytes_resumed=0, bytes_reused=total,
-                             files_skipped=len(files), reused=True, seconds=time.monotonic() - start,
-                             waited_s=waited)
+                             files_skipped=len(files), reused=True, part_size=None,
+                             seconds=time.monotonic() - start, waited_s=waited)
 
 
 def _copy(src: Source, source: str, where: layout.ModelDir, rev: str, files: list[RemoteFile], concurrency: int,
@@ -139,8 +140,8 @@ def _copy(src: Source, source: str, where: layout.ModelDir, rev: str, files: lis
     return MaterializeResult(path=where.revision(rev), model=where.model, revision=rev, source=source,
                              files=len(files), bytes_total=total, bytes_downloaded=stats.downloaded,
                              bytes_resumed=stats.resumed, bytes_reused=stats.reused,
-                             files_skipped=stats.files_reused, reused=False, seconds=time.monotonic() - start,
-                             waited_s=waited)
+                             files_skipped=stats.files_reused, reused=False, part_size=part_size,
+                             seconds=time.monotonic() - start, waited_s=waited)
 
 
 def _staged_part_size(staging: Path, explicit: int | None, auto) -> int:
