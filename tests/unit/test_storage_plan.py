@@ -49,15 +49,16 @@ def test_journal_ignores_torn_lines_and_other_identities(tmp_path):
 
 
 def test_ordered_digest_out_of_order_equals_sequential():
-    chunks = [bytes([i]) * 1000 for i in range(20)]
+    parts = [[bytes([i]) * 700, bytes([100 + i]) * (300 + i)] for i in range(20)]  # each part: its chunks
     released = []
-    d = OrderedDigest(len(chunks), want_md5=True, on_hashed=released.append)
+    d = OrderedDigest(len(parts), want_md5=True, on_hashed=released.append)
     order = list(range(20))
     random.Random(4).shuffle(order)
-    finished = [d.feed(i, chunks[i]) for i in order]
-    assert finished.count(True) == 1 and len(released) == 20
-    assert d.sha256.hexdigest() == hashlib.sha256(b"".join(chunks)).hexdigest()
-    assert d.md5.hexdigest() == hashlib.md5(b"".join(chunks)).hexdigest()
+    finished = [d.feed(i, parts[i]) for i in order]
+    assert finished.count(True) == 1 and sorted(released) == sorted(1000 + i for i in range(20))
+    whole = b"".join(b"".join(chunks) for chunks in parts)
+    assert d.sha256.hexdigest() == hashlib.sha256(whole).hexdigest()
+    assert d.md5.hexdigest() == hashlib.md5(whole).hexdigest()
 
 
 def test_reusable_needs_same_identity_and_file_present(tmp_path):

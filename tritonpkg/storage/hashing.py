@@ -14,30 +14,31 @@ class OrderedDigest:
         self.md5 = hashlib.md5() if want_md5 else None
         self.parts = parts
         self._next = 0
-        self._pending: dict[int, bytes] = {}
+        self._pending: dict[int, list[bytes]] = {}
         self._draining = False
         self._lock = threading.Lock()
         self._on_hashed = on_hashed  # releases the part's memory slot
 
-    def feed(self, index: int, data: bytes) -> bool:
-        """Hand over part `index`; returns True on the call that hashed the last part."""
+    def feed(self, index: int, chunks: list[bytes]) -> bool:
+        """Hand over part `index` (its bytes in order); returns True on the call that hashed the last part."""
         with self._lock:
-            self._pending[index] = data
+            self._pending[index] = chunks
             if self._draining:
                 return False
             self._draining = True
         while True:
             with self._lock:
-                chunk = self._pending.pop(self._next, None)
-                if chunk is None:
+                chunks = self._pending.pop(self._next, None)
+                if chunks is None:
                     self._draining = False
                     return False
                 self._next += 1
                 last = self._next == self.parts
-            self.sha256.update(chunk)
-            if self.md5 is not None:
-                self.md5.update(chunk)
-            self._on_hashed(len(chunk))
+            for chunk in chunks:
+                self.sha256.update(chunk)
+                if self.md5 is not None:
+                    self.md5.update(chunk)
+            self._on_hashed(sum(map(len, chunks)))
             if last:
                 with self._lock:
                     self._draining = False

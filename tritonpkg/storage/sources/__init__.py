@@ -4,9 +4,12 @@ transfer engine needs nothing else, so every kind of store goes through the same
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
+from typing import Iterable, Protocol
 
 from tritonpkg.storage.objects import RemoteFile
+
+
+CHUNK = 1 << 20  # bytes per read of a stream: each chunk is still in the core's cache when it is written
 
 
 class Source(Protocol):
@@ -21,8 +24,9 @@ class Source(Protocol):
     def list_files(self) -> list[RemoteFile]:
         """Every file, with size and identity; raises StorageError when there is none."""
 
-    def read(self, f: RemoteFile, start: int, end: int) -> bytes:
-        """Bytes [start, end) of `f`; raises SourceChangedError when `f` is no longer what was listed."""
+    def read(self, f: RemoteFile, start: int, end: int) -> Iterable[bytes]:
+        """Bytes [start, end) of `f`, in order, in one or more chunks (a stream yields them as they arrive);
+        raises SourceChangedError when `f` is no longer what was listed."""
 
     def close(self) -> None: ...
 

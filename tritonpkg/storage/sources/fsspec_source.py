@@ -42,14 +42,14 @@ class FsspecSource:
             raise StorageError(f"no files under {self.url}", field="SOURCE", expected="a folder holding the model files")
         return files
 
-    def read(self, f: RemoteFile, start: int, end: int) -> bytes:
+    def read(self, f: RemoteFile, start: int, end: int) -> list[bytes]:
         try:
             data = self.fs.cat_file(f.key, start=start, end=end)
         except FileNotFoundError as exc:
             raise SourceChangedError(f"{f.key} disappeared during the copy", expected="an unchanged source") from exc
         if len(data) != end - start:
             raise SourceChangedError(f"{f.key}: short read", expected=f"{end - start} bytes (the listed size)")
-        return data
+        return [data]
 
     def close(self) -> None:
         pass

@@ -89,14 +89,14 @@ class HfSource:
             raise StorageError(f"no files in {self.url}", expected="a repository holding model files")
         return files
 
-    def read(self, f: RemoteFile, start: int, end: int) -> bytes:
+    def read(self, f: RemoteFile, start: int, end: int) -> list[bytes]:
         try:
             data = self.fs.cat_file(f.key, start=start, end=end)
         except Exception as exc:
             raise _translate(exc, f"hf://{f.key}") from exc
         if len(data) != end - start:
             raise SourceChangedError(f"hf://{f.key}: short read", expected=f"{end - start} bytes")
-        return data
+        return [data]
 
     def close(self) -> None:
         pass

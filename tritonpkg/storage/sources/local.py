@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from typing import Iterator
 
 from tritonpkg.storage.errors import SourceChangedError, StorageError
 from tritonpkg.storage.objects import RemoteFile
+from tritonpkg.storage.sources import CHUNK
 
 RESERVED = frozenset({"READY", "tritonpkg-manifest.json"})
 
@@ -52,17 +54,16 @@ class LocalSource:
                                expected="model files (config.json, *.safetensors, ...)")
         return files
 
-    def read(self, f: RemoteFile, start: int, end: int) -> bytes:
+    def read(self, f: RemoteFile, start: int, end: int) -> Iterator[bytes]:
         fd = self._fd(f)
-        chunks, pos = [], start
+        pos = start
         while pos < end:
-            data = os.pread(fd, end - pos, pos)
+            data = os.pread(fd, min(CHUNK, end - pos), pos)
             if not data:
                 raise SourceChangedError(f"{f.key} is shorter than listed ({f.size} bytes)",
                                          expected="a source that does not change during the copy")
-            chunks.append(data)
             pos += len(data)
-        return b"".join(chunks)
+            yield data
 
     def _fd(self, f: RemoteFile) -> int:
         with self._lock:
