@@ -235,3 +235,18 @@ def test_an_automatic_part_size_resumes_under_another_concurrency(tmp_path, monk
     done = materialize(str(src), tmp_path / "root", concurrency=1)
     assert (done.bytes_resumed, done.bytes_downloaded) == (16 << 20, 4 << 20)
     assert (done.path / "model.safetensors").read_bytes() == data
+
+
+def test_progress_moves_within_a_part_and_ends_at_the_total(tmp_path):
+    from tritonpkg.storage.sources import CHUNK
+
+    src = tmp_path / "src"
+    src.mkdir()
+    data = os.urandom(2 * CHUNK + 12345)
+    (src / "weights.bin").write_bytes(data)
+    seen: list[tuple[int, int]] = []
+    result = materialize(str(src), tmp_path / "root", part_size=4 * CHUNK, progress=lambda d, t: seen.append((d, t)))
+    assert (result.path / "weights.bin").read_bytes() == data and result.part_size == 4 * CHUNK
+    done = [d for d, _ in seen]
+    assert done == sorted(done) and done[-1] == len(data) and {t for _, t in seen} == {len(data)}
+    assert len([d for d in done if 0 < d < len(data)]) >= 2  # one part, reported chunk by chunk

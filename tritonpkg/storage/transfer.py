@@ -118,14 +118,13 @@ def _part(state: _Run, plan: FilePlan, part: Part, fd: int, digest: OrderedDiges
             if len(chunks[0]) != part.size:
                 raise ChecksumError(f"staged part {part.index} of {plan.file.path} is truncated",
                                     file=state.tree / plan.file.path, expected="rerun: the staging was discarded")
-            kind = "resumed"
+            state.advance(part.size, "resumed")
         else:
             state.limiter.take(part.size)
-            chunks = _stream(state.source.read(plan.file, part.start, part.end), fd, part.start)
+            chunks = _stream(state.source.read(plan.file, part.start, part.end), fd, part.start,
+                             lambda n: state.advance(n, "downloaded"))
             os.fdatasync(fd)  # write back now, beside the other downloads, not all at the end
             state.journal.record(plan.file.path, plan.tag, part.index)
-            kind = "downloaded"
-        state.advance(part.size, kind)
         if digest.feed(part.index, chunks):
             state.stats.sha256[plan.file.path] = _finish(plan, digest.sha256, digest.md5)
             with state._lock:
@@ -134,7 +133,7 @@ def _part(state: _Run, plan: FilePlan, part: Part, fd: int, digest: OrderedDiges
         state.fail(exc)
 
 
-def _stream(chunks: Iterable[bytes], fd: int, offset: int) -> list[bytes]:
+def _stream(chunks: Iterable[bytes], fd: int, offset: int, progress: Callable[[int], None]) -> list[bytes]:
     """Write each chunk while it is still in cache (one large write of a part read whole cost 5x the CPU
     per byte); the chunks are kept until the part's turn to be hashed."""
     kept = []
@@ -145,6 +144,7 @@ def _stream(chunks: Iterable[bytes], fd: int, offset: int) -> list[bytes]:
             written += os.pwrite(fd, view[written:], offset + written)
         offset += len(chunk)
         kept.append(chunk)
+        progress(len(chunk))
     return kept
 
 
