@@ -250,3 +250,20 @@ def test_progress_moves_within_a_part_and_ends_at_the_total(tmp_path):
     done = [d for d, _ in seen]
     assert done == sorted(done) and done[-1] == len(data) and {t for _, t in seen} == {len(data)}
     assert len([d for d in done if 0 < d < len(data)]) >= 2  # one part, reported chunk by chunk
+
+
+def test_a_source_that_under_reads_is_refused_and_nothing_is_published(tmp_path, monkeypatch):
+    """The engine checks every part's length itself, so a source (a plugin, an fsspec backend) that returns
+    fewer bytes than asked without raising never gets a short part journaled or published."""
+    from tritonpkg.storage.errors import SourceChangedError
+    from tritonpkg.storage.sources.local import LocalSource
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "weights.bin").write_bytes(os.urandom(300_000))
+    honest = LocalSource.read
+    monkeypatch.setattr(LocalSource, "read", lambda self, f, start, end: [b"".join(honest(self, f, start, end))[:-1]])
+    with pytest.raises(SourceChangedError, match="bytes read for part"):
+        materialize(str(src), tmp_path / "root", part_size=64 << 10)
+    assert not any(p.name == "READY" for p in (tmp_path / "root").rglob("*"))
+    assert not [p for p in (tmp_path / "root" / "src").iterdir() if not p.name.startswith(".")]

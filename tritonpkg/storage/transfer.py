@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from tritonpkg.storage.errors import ChecksumError
+from tritonpkg.storage.errors import ChecksumError, SourceChangedError
 from tritonpkg.storage.hashing import OrderedDigest
 from tritonpkg.storage.journal import Journal
 from tritonpkg.storage.plan import FilePlan, Part
@@ -123,6 +123,10 @@ def _part(state: _Run, plan: FilePlan, part: Part, fd: int, digest: OrderedDiges
             state.limiter.take(part.size)
             chunks = _stream(state.source.read(plan.file, part.start, part.end), fd, part.start,
                              lambda n: state.advance(n, "downloaded"))
+            if sum(map(len, chunks)) != part.size:  # never journal a short part, whatever the source
+                raise SourceChangedError(f"{plan.file.key}: {sum(map(len, chunks))} bytes read for part "
+                                         f"{part.index} ({part.start}-{part.end - 1})",
+                                         expected=f"{part.size} bytes, the size listed at the start; rerun")
             os.fdatasync(fd)  # write back now, beside the other downloads, not all at the end
             state.journal.record(plan.file.path, plan.tag, part.index)
         if digest.feed(part.index, chunks):

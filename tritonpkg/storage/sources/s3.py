@@ -1,6 +1,7 @@
-"""S3 and S3-compatible stores through botocore (boto3's core): endpoint, region and credentials come from the standard
-AWS environment and config (AWS_ENDPOINT_URL, AWS_PROFILE, ...). Ranged GETs carry If-Match on the
-listed ETag, so an object replaced mid-copy is refused instead of being stitched from two versions."""
+"""S3 and S3-compatible stores through botocore (boto3's core): endpoint, region and credentials come
+from the standard AWS environment and config (AWS_ENDPOINT_URL, AWS_PROFILE, ...). Ranged GETs carry
+If-Match on the listed ETag, so an object replaced mid-copy is refused instead of being stitched from
+two versions."""
 
 from __future__ import annotations
 
