@@ -223,3 +223,92 @@ def test_package_materialize_to_points_model_json_at_local_copy(s3_env, objects,
     local = Path(model_json["model"])
     assert local.parent == root / "llm" and (local / "READY").is_file()
     assert _tree_digests(local) == _expected(objects["llm"])
+
+
+class _CuttingProxy:
+    """A TCP proxy in front of the S3 endpoint that drops the client's connection once `cut_after` bytes of
+    a response have gone through, `cuts` times: a connection lost mid-body, as on a real network."""
+
+    def __init__(self, endpoint: str, cut_after: int, cuts: int) -> None:
+        import re
+        import socket
+        import threading
+        from urllib.parse import urlparse
+
+        up = urlparse(endpoint)
+        self._upstream = (up.hostname, up.port)
+        self._cut_after, self._cuts_left = cut_after, cuts
+        self._range = re.compile(rb"(?im)^range: bytes=(\d+)-(\d+)")
+        self.ranges: list[tuple[int, int]] = []
+        self.cuts = 0
+        self._lock = threading.Lock()
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"http://127.0.0.1:{self._server.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client) -> None:
+        import socket
+        import threading
+
+        upstream = socket.create_connection(self._upstream)
+
+        def requests() -> None:
+            while data := client.recv(1 << 16):
+                with self._lock:
+                    self.ranges += [(int(a), int(b)) for a, b in self._range.findall(data)]
+                upstream.sendall(data)
+
+        threading.Thread(target=lambda: _quiet(requests), daemon=True).start()
+        sent = 0
+        try:
+            while data := upstream.recv(1 << 16):
+                sent += len(data)
+                with self._lock:
+                    cut = self._cuts_left > 0 and sent > self._cut_after
+                    if cut:
+                        self._cuts_left -= 1
+                        self.cuts += 1
+                if cut:
+                    client.shutdown(socket.SHUT_RDWR)  # now, though the request thread still reads from it
+                    return
+                client.sendall(data)
+        except OSError:
+            pass
+        finally:
+            client.close()
+            upstream.close()
+
+    def close(self) -> None:
+        self._server.close()
+
+
+def _quiet(fn) -> None:
+    try:
+        fn()
+    except OSError:
+        pass
+
+
+def test_a_connection_lost_mid_body_resumes_from_the_missing_byte(s3_env, objects, tmp_path, monkeypatch):
+    """botocore retries a request until its headers arrive, not a body cut off while it streams: the source
+    asks again from the first missing byte (If-Match on the ETag) and the copy completes, verified."""
+    proxy = _CuttingProxy(s3_env.endpoint, cut_after=3 * MiB, cuts=2)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    try:
+        result = materialize(f"s3://{BUCKET}/single", tmp_path, part_size=8 * MiB, concurrency=2)
+    finally:
+        proxy.close()
+    assert (result.path / "weights.bin").read_bytes() == objects["single"]["weights.bin"]
+    assert proxy.cuts == 2 and result.bytes_downloaded == 16 * MiB
+    resumed = [start for start, _ in proxy.ranges if start % (8 * MiB)]
+    assert len(resumed) == 2, proxy.ranges  # each cut picked up mid-part, not from the part's start

@@ -5,6 +5,7 @@ two versions."""
 
 from __future__ import annotations
 
+import time
 from typing import Iterator
 
 from tritonpkg.storage.errors import SourceChangedError, StorageError
@@ -14,6 +15,16 @@ from tritonpkg.storage.sources import CHUNK
 _DENIED = {"AccessDenied", "AllAccessDisabled", "403", "Forbidden"}
 _BAD_CREDENTIALS = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"}
 _CHANGED = {"PreconditionFailed", "412", "NoSuchKey", "404", "NoSuchVersion"}
+BODY_ATTEMPTS = 5  # s3transfer's own number for downloads
+
+
+def _body_errors() -> tuple[type[BaseException], ...]:
+    """What a response body raises when the connection fails while it streams."""
+    from botocore import exceptions as bx
+    from urllib3 import exceptions as ux
+
+    return (bx.ResponseStreamingError, bx.ReadTimeoutError, bx.IncompleteReadError, bx.ConnectionClosedError,
+            ux.ProtocolError, ux.ReadTimeoutError, ConnectionError, TimeoutError)
 
 
 def parse_url(url: str) -> tuple[str, str]:
@@ -56,12 +67,39 @@ class S3Source:
         return files
 
     def read(self, f: RemoteFile, start: int, end: int) -> Iterator[bytes]:
+        """Stream the range; a body cut off mid-way (reset, timeout, short read) is picked up with a new
+        ranged GET from the first missing byte, If-Match on the listed ETag, up to BODY_ATTEMPTS times.
+        botocore retries a request until its headers arrive, not the body it is streaming."""
+        url = f"s3://{self.bucket}/{f.key}"
+        received, failures = 0, 0
+        while True:
+            body = self._get(f, start + received, end, url)["Body"]  # botocore's StreamingBody checks the length
+            try:
+                while received < end - start:
+                    chunk = body.read(min(CHUNK, end - start - received))
+                    if not chunk:
+                        break
+                    received += len(chunk)
+                    yield chunk
+                if received == end - start:
+                    return
+                raise SourceChangedError(f"{url}: got {received} bytes for range {start}-{end - 1}",
+                                         expected="the object size listed at the start")
+            except _body_errors() as exc:
+                failures += 1
+                if failures >= BODY_ATTEMPTS:
+                    raise StorageError(f"S3 read of {url} failed {failures} times mid-body, last: {exc}",
+                                       expected="a stable connection to the endpoint; rerun to resume") from exc
+                time.sleep(min(2.0, 0.1 * 2 ** failures))
+            finally:
+                body.close()
+
+    def _get(self, f: RemoteFile, start: int, end: int, url: str):
         kwargs = {"Bucket": self.bucket, "Key": f.key, "Range": f"bytes={start}-{end - 1}"}
         if f.etag:
             kwargs["IfMatch"] = f'"{f.etag}"'
         if f.version_id:
             kwargs["VersionId"] = f.version_id
-        url = f"s3://{self.bucket}/{f.key}"
         try:
             response = self.client.get_object(**kwargs)
         except Exception as exc:
@@ -70,20 +108,7 @@ class S3Source:
         if version and version != "null" and self.versions.setdefault(f.key, version) != version:
             raise SourceChangedError(f"{url} changed version during the copy ({self.versions[f.key]} -> {version})",
                                      expected="an unchanged source; rerun")
-        received = 0
-        with response["Body"] as body:
-            while received < end - start:
-                try:
-                    chunk = body.read(min(CHUNK, end - start - received))
-                except Exception as exc:
-                    raise translate(exc, url, "read") from exc
-                if not chunk:
-                    break
-                received += len(chunk)
-                yield chunk
-        if received != end - start:
-            raise SourceChangedError(f"{url}: got {received} bytes for range {start}-{end - 1}",
-                                     expected="the object size listed at the start")
+        return response
 
     def version_of(self, f: RemoteFile) -> str | None:
         return f.version_id or self.versions.get(f.key)
