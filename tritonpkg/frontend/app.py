@@ -79,9 +79,9 @@ def create_app(settings: FrontendSettings) -> FastAPI:
         except APIError as exc:  # Triton may come (back) later: requests rediscover, 503 until then
             log.warning("no models discovered yet: %s", exc.message)
         app.state.backend, app.state.catalog = backend, catalog
-        # Start-up leaves ~450k long-lived objects (transformers, the tokenizers); a full collection over
-        # them stalled the event loop 230-275 ms here, and every in-flight request with it. Frozen, the
-        # collector never walks them again (vLLM's server does the same).
+        # What start-up leaves is long-lived (FastAPI's models, grpc, the tokenizers); with transformers'
+        # tokenizer it was ~450k objects, and one full collection stalled the event loop 230-275 ms. Frozen,
+        # the collector never walks them again (vLLM's server does the same).
         gc.collect()
         gc.freeze()
         try:

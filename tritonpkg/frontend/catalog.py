@@ -160,11 +160,11 @@ def load_tokenizer(entry: ModelEntry) -> None:
                                  "model repository (--model-repository)")
         return
     try:
-        from transformers import AutoTokenizer
+        from tritonpkg.frontend.chat_tokenizer import load_chat_tokenizer
 
-        entry.tokenizer = AutoTokenizer.from_pretrained(path)
+        entry.tokenizer = load_chat_tokenizer(path)
         bos_id = entry.tokenizer.bos_token_id
-        if bos_id is not None and entry.tokenizer("a").input_ids[:1] == [bos_id]:
+        if bos_id is not None and entry.tokenizer.encode("a")[:1] == [bos_id]:
             entry.bos_added = entry.tokenizer.bos_token
     except Exception as exc:  # noqa: BLE001 - any loader failure is reported per request
         entry.tokenizer_error = f"could not load the tokenizer of model '{entry.name}' from {path}: {exc}"
