@@ -208,7 +208,12 @@ def main() -> None:
     parser.add_argument("--requests-per-round", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=6, help="rounds per server and level (alternating)")
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--stream-interval", type=int, default=1,
+                        help="vLLM's stream_interval for both servers (tokens per streamed response; default 1, "
+                             "vLLM's own default)")
     args = parser.parse_args()
+    if args.stream_interval != 1:
+        ENGINE["stream_interval"] = args.stream_interval
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from rich.console import Console
     from rich.table import Table
@@ -222,8 +227,8 @@ def main() -> None:
             measured = measure({"triton": triton_url, "vllm": vllm_url}, args)
         triton, vllm = measured["triton"], measured["vllm"]
 
-    table = Table(title=f"tiny LLM, {args.max_tokens} tokens/request, streaming, temperature 0 "
-                        f"(goal: Triton >= 0.9x tok/s, <= 1.1x TTFT)")
+    table = Table(title=f"tiny LLM, {args.max_tokens} tokens/request, streaming, temperature 0, "
+                        f"stream_interval {args.stream_interval} (goal: Triton >= 0.9x tok/s, <= 1.1x TTFT)")
     for col in ("concurrency", "Triton tok/s", "vLLM tok/s", "ratio", "Triton TTFT p50/p99 ms",
                 "vLLM TTFT p50/p99 ms", "TTFT p50 ratio"):
         table.add_column(col, justify="right")
