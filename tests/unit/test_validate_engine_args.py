@@ -119,3 +119,23 @@ def test_live_vllm_probe_agrees_with_snapshot_and_is_asked_once(tmp_path, monkey
     monkeypatch.setattr(vllm_probe, "_run", no_second_import)
     again = vllm_probe.probe(symbols, fields=True)
     assert again == found
+
+
+def test_values_outside_vllms_choices_and_limits_are_errors(tmp_path):
+    report = validate_repository(repo_with(tmp_path, {
+        "model": "/w", "dtype": "bfloat-16", "runner": "embed", "stream_interval": 0, "gpu_memory_utilization": 1.5,
+        "max_num_seqs": None, "kv_cache_dtype": "auto", "tensor_parallel_size": 1}))
+    found = {p.field: p for p in report.problems if p.rule in ("engine_args.choice", "engine_args.range")}
+    assert set(found) == {"dtype", "runner", "stream_interval", "gpu_memory_utilization"}
+    assert all(p.severity == "error" and p.file == "emb/1/model.json" for p in found.values())
+    assert "did you mean 'bfloat16'" in found["dtype"].message
+    assert "'pooling'" in found["runner"].expected
+    assert found["stream_interval"].expected == "a number >= 1"
+    assert found["gpu_memory_utilization"].expected == "a number > 0 and <= 1"
+
+
+def test_values_at_vllms_limits_pass(tmp_path):
+    report = validate_repository(repo_with(tmp_path, {
+        "model": "/w", "dtype": "bfloat16", "stream_interval": 1, "gpu_memory_utilization": 1,
+        "max_num_batched_tokens": 1, "watermark": 0.0}))
+    assert rules(report, "engine_args") == []

@@ -47,6 +47,11 @@ print(json.dumps(out))
 """
 
 
+# Bumped when what the probe records changes (2: Literal choices and config-class bounds per field), so an
+# answer cached by an older tritonpkg is asked again instead of silently lacking the new checks.
+PROBE_FORMAT = 2
+
+
 @dataclass(frozen=True)
 class Probe:
     fields: dict | None
@@ -65,7 +70,8 @@ def _installed() -> metadata.Distribution | None:
 def _cache_file(dist: metadata.Distribution) -> Path:
     record = dist.locate_file(f"{dist.metadata['Name'].replace('-', '_')}-{dist.version}.dist-info/RECORD")
     stamp = Path(str(record)).stat().st_mtime_ns if Path(str(record)).exists() else 0
-    key = f"{dist.metadata['Name']}\0{dist.version}\0{dist.locate_file('')}\0{stamp}\0{sys.executable}"
+    key = (f"{dist.metadata['Name']}\0{dist.version}\0{dist.locate_file('')}\0{stamp}\0{sys.executable}"
+           f"\0{PROBE_FORMAT}")
     return paths.cache_dir() / "vllm-probe" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
 

@@ -2,8 +2,10 @@
 
     python -m tritonpkg.compat.engine_args.snapshot      # writes vllm-<version>.json beside this file
 
-Each field records its annotation (for messages) and the JSON kinds it accepts (for checking), so
-validation works on machines without vLLM."""
+Each field records its annotation (for messages), the JSON kinds it accepts, the values a Literal
+allows ("choices") and the numeric limits vLLM's config classes put on the field of the same name
+("bounds": ge/gt/le/lt from their pydantic Fields, which vLLM enforces when it builds the engine config),
+so validation works on machines without vLLM."""
 
 from __future__ import annotations
 
@@ -59,6 +61,46 @@ def kinds_of(annotation: Any) -> list[str]:
     return ["any"]
 
 
+def choices_of(annotation: Any) -> list | None:
+    """The values a Literal (or a union of Literals and None) allows; None when the field is open."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return list(typing.get_args(annotation))
+    if origin in (typing.Union, types.UnionType):
+        out: list = []
+        for arg in typing.get_args(annotation):
+            if arg is type(None):
+                continue
+            sub = choices_of(arg)
+            if sub is None:
+                return None
+            out += [v for v in sub if v not in out]
+        return out or None
+    if origin is typing.Annotated:
+        return choices_of(typing.get_args(annotation)[0])
+    return None
+
+
+BOUND_KEYS = ("ge", "gt", "le", "lt")
+
+
+def config_bounds(names: set[str]) -> dict[str, dict[str, float]]:
+    """name -> {"ge": 1, ...} from vllm.config's pydantic config classes, for the given field names. A name
+    two classes bound differently is left out: which one an engine argument reaches is not known here."""
+    import vllm.config as configs
+
+    found: dict[str, list[dict[str, float]]] = {}
+    for attr in dir(configs):
+        cls = getattr(configs, attr)
+        for name, info in (getattr(cls, "__pydantic_fields__", None) or {}).items() if isinstance(cls, type) else ():
+            if name not in names:
+                continue
+            bounds = {k: getattr(m, k) for m in info.metadata for k in BOUND_KEYS if getattr(m, k, None) is not None}
+            if bounds and bounds not in found.setdefault(name, []):
+                found[name].append(bounds)
+    return {name: b[0] for name, b in found.items() if len(b) == 1}
+
+
 def describe(annotation: Any) -> str:
     text = getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
     return text or str(annotation).replace("typing.", "")
@@ -75,6 +117,9 @@ def fields_of(cls: type) -> dict[str, dict[str, Any]]:
             except Exception:
                 pass
         out[f.name] = {"type": describe(ann), "accepts": kinds_of(ann)}
+        choices = choices_of(ann)
+        if choices is not None and all(isinstance(v, (str, int, float, bool)) for v in choices):
+            out[f.name]["choices"] = choices
     return out
 
 
@@ -91,7 +136,10 @@ def live_snapshot() -> dict[str, Any]:
             break
         except metadata.PackageNotFoundError:
             continue
-    return {"vllm_version": version, "class": "vllm.engine.arg_utils.AsyncEngineArgs", "fields": fields_of(AsyncEngineArgs)}
+    fields = fields_of(AsyncEngineArgs)
+    for name, bounds in config_bounds(set(fields)).items():
+        fields[name]["bounds"] = bounds
+    return {"vllm_version": version, "class": "vllm.engine.arg_utils.AsyncEngineArgs", "fields": fields}
 
 
 def main() -> int:

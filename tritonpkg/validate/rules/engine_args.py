@@ -1,5 +1,8 @@
-"""model.json (the toolkit's `vllm` backend hands it to AsyncEngineArgs(**json)): unknown keys and
-wrong value types make the engine fail at load, so both are errors; remote weights are a warning."""
+"""model.json (the toolkit's `vllm` backend hands it to AsyncEngineArgs(**json)): unknown keys, wrong
+value types, a value outside a Literal's choices and a number outside the limits vLLM's config classes
+declare (`stream_interval: 0`, `gpu_memory_utilization: 1.5`) make the engine fail at load, so all are
+errors; remote weights are a warning. A limit on a feature the model does not use (LoRA, multimodal, a
+MoE kernel backend) is checked by vLLM only once the feature is on; validate reports it either way."""
 
 from __future__ import annotations
 
@@ -56,12 +59,36 @@ def engine_args(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
             yield m.problem("engine_args.type", "error",
                             f"{key!r} is a JSON {kind}, but AsyncEngineArgs.{key} is {spec['type']}",
                             field=key, file=f, expected=spec["type"])
+            continue
+        yield from _value_problems(m, key, value, spec, known.vllm_version)
     for key in LOCATION_KEYS:
         value = m.engine_args.get(key)
         if isinstance(value, str) and value.startswith(REMOTE):
             yield m.problem("engine_args.remote", "warning",
                             f"{key} points at a remote location {value!r}: every load downloads it",
                             field=key, file=f, expected="a local path (materialise the weights first)")
+
+
+_LIMITS = {"ge": (lambda v, b: v >= b, ">="), "gt": (lambda v, b: v > b, ">"),
+           "le": (lambda v, b: v <= b, "<="), "lt": (lambda v, b: v < b, "<")}
+
+
+def _value_problems(m: LoadedModel, key: str, value, spec: dict, version) -> Iterator[Problem]:
+    f = m.engine_args_file
+    choices = spec.get("choices")
+    if choices is not None and value is not None and value not in choices:
+        close = difflib.get_close_matches(value, [c for c in choices if isinstance(c, str)], n=1) \
+            if isinstance(value, str) else []
+        yield m.problem("engine_args.choice", "error",
+                        f"{key!r} is {value!r}; vLLM {version} accepts {', '.join(map(repr, choices))}"
+                        + (f"; did you mean {close[0]!r}?" if close else ""),
+                        field=key, file=f, expected=" | ".join(map(repr, choices)))
+    bounds = spec.get("bounds")
+    if bounds and isinstance(value, (int, float)) and not isinstance(value, bool):
+        limits = " and ".join(f"{_LIMITS[k][1]} {b}" for k, b in bounds.items())
+        if not all(_LIMITS[k][0](value, b) for k, b in bounds.items()):
+            yield m.problem("engine_args.range", "error", f"{key!r} is {value}; vLLM {version} requires {limits}",
+                            field=key, file=f, expected=f"a number {limits}")
 
 
 RULES = [engine_args]
