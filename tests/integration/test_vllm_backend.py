@@ -158,6 +158,20 @@ def test_grpc_stream_deltas_join_to_the_non_stream_text(server):
     assert "".join(chunks) == whole[0]
 
 
+def test_per_request_stream_interval_sends_fewer_larger_deltas(server):
+    """SamplingParams.stream_interval passes through: 16 tokens in deltas of 4, the same text, every token counted."""
+    params = {"max_tokens": 16, "temperature": 0, "ignore_eos": True}
+    results: list = []
+    chunks, error = grpc_stream(server, PROMPT, {**params, "stream_interval": 4},
+                                extra={"return_num_output_tokens": True}, results_out=results)
+    assert error is None
+    counts = [int(r.as_numpy("num_output_tokens")[0]) for r in results if r.as_numpy("num_output_tokens") is not None]
+    assert sum(counts) == 16 and max(counts) == 4 and len(counts) <= 5, counts
+    every_token, error = grpc_stream(server, PROMPT, params)
+    assert error is None and len(every_token) >= 16
+    assert "".join(chunks) == "".join(every_token)
+
+
 def test_http_generate_stream_sends_several_events(server):
     status, events = generate(
         server,
