@@ -21,7 +21,7 @@ from tritonpkg import compat
 from tritonpkg.compat.engine_args import load_snapshot
 from tritonpkg.validate import validate_repository
 
-TINY = Path(__file__).resolve().parents[2] / "examples" / "tiny-llm" / "weights"
+MAKE_TINY = Path(__file__).resolve().parents[2] / "examples" / "tiny-llm" / "make_tiny_llm.py"
 
 # Checked by vLLM only when the model or the arguments use the feature (not the tiny text model):
 # LoRA, multimodal inputs, and kernel backends of MoE / linear-attention / sparse-attention models.
@@ -62,6 +62,14 @@ def outside(spec: dict) -> list:
 
 
 @pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    weights = tmp_path_factory.mktemp("tiny") / "weights"
+    subprocess.run([sys.executable, str(MAKE_TINY), "--out", str(weights)], check=True, timeout=300,
+                   capture_output=True)
+    return weights
+
+
+@pytest.fixture(scope="module")
 def cases() -> list[tuple[str, object]]:
     fields = load_snapshot(str(compat.pinned_vllm()))["fields"]
     found = [(name, value) for name, spec in sorted(fields.items()) for value in outside(spec)]
@@ -70,10 +78,11 @@ def cases() -> list[tuple[str, object]]:
 
 
 def test_validate_reports_every_value_outside(tmp_path, monkeypatch, cases):
+    model = "/weights"
     monkeypatch.setenv("TRITONPKG_NO_LIVE_VLLM", "1")
     missed = []
     for i, (name, value) in enumerate(cases):
-        report = validate_repository(repo_with(tmp_path / str(i), {"model": str(TINY), name: value}))
+        report = validate_repository(repo_with(tmp_path / str(i), {"model": model, name: value}))
         flagged = [p for p in report.problems if p.field == name and p.severity == "error"
                    and p.rule in ("engine_args.choice", "engine_args.range")]
         if not flagged:
@@ -82,13 +91,15 @@ def test_validate_reports_every_value_outside(tmp_path, monkeypatch, cases):
 
 
 @pytest.mark.slow
-def test_vllm_refuses_them_at_engine_config(cases):
+def test_vllm_refuses_them_at_engine_config(cases, tiny):
     pytest.importorskip("vllm", reason="the real vLLM decides (pip install -e '.[cpu]')")
-    res = subprocess.run([sys.executable, "-c", VLLM_DECIDES, str(TINY), json.dumps(cases)],
+    control = ("enforce_eager", True)  # must be accepted, or every refusal below proves nothing
+    res = subprocess.run([sys.executable, "-c", VLLM_DECIDES, str(tiny), json.dumps([control, *cases])],
                          capture_output=True, text=True, timeout=600)
     lines = [line for line in res.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, res.stderr[-3000:]
-    verdicts = json.loads(lines[-1][len("RESULT "):])
+    first, *verdicts = json.loads(lines[-1][len("RESULT "):])
+    assert first is None, f"vLLM refused the control arguments: {first}"
     accepted = {name for (name, _), why in zip(cases, verdicts) if why is None}
     assert accepted == FEATURE_GATED, (
         f"vLLM accepted values validate refuses: {sorted(accepted - FEATURE_GATED)}; "
