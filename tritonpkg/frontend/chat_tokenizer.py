@@ -62,16 +62,13 @@ def load_chat_tokenizer(path: str | Path) -> Any:
         from transformers import AutoTokenizer
 
         return AutoTokenizer.from_pretrained(str(path))
-    from tokenizers import Tokenizer
+    from tritonpkg.embedding.tokenize import load_tokenizer
 
     config = _json(folder / "tokenizer_config.json")
     tokens = _special_tokens(config)
     for key, value in _special_tokens(_json(folder / "special_tokens_map.json")).items():
         tokens.setdefault(key, value)
-    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    tokenizer.no_truncation()
-    tokenizer.no_padding()
-    return ChatTokenizer(tokenizer, _templates(folder, config), tokens)
+    return ChatTokenizer(load_tokenizer(str(folder / "tokenizer.json")), _templates(folder, config), tokens)
 
 
 def _json(path: Path) -> dict:
