@@ -53,3 +53,20 @@ def test_commands_that_machines_read_offer_json():
 
 def test_schema_is_json():
     assert "properties" in json.loads(CliRunner().invoke(app, ["schema"]).stdout)
+
+
+def test_stop_signals_routes_the_stop_signals_and_restores_the_previous_handlers():
+    import os
+    import signal
+
+    from tritonpkg.cli._common import stop_signals
+
+    seen: list[int] = []
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    with pytest.raises(RuntimeError):
+        with stop_signals(lambda signum, _frame: seen.append(signum)):
+            for sig in before:
+                os.kill(os.getpid(), sig)
+            raise RuntimeError("a server failed")
+    assert seen == list(before)
+    assert {sig: signal.getsignal(sig) for sig in before} == before

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import signal
 import threading
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 import typer
 from rich.console import Console
@@ -40,6 +42,22 @@ def library_errors(exit_code: int = EXIT_PROBLEMS) -> Callable[[F], F]:
         return wrapper  # type: ignore[return-value]
 
     return deco
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def stop_signals(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """Route SIGINT, SIGTERM and SIGHUP to `handler` while a server runs, and restore the previous handlers.
+    Explicit handlers because a shell starts background jobs with SIGINT ignored, and a closed terminal
+    sends SIGHUP."""
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def serve_until_stopped(stop: threading.Event, problem: Callable[[], str | None]) -> None:

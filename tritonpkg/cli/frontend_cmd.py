@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import typer
 
-from tritonpkg.cli._common import console, library_errors, print_json, serve_until_stopped
+from tritonpkg.cli._common import console, library_errors, print_json, serve_until_stopped, stop_signals
 
 
 @library_errors()
@@ -23,7 +24,6 @@ def frontend(
 ) -> None:
     """Serve /v1/models, /v1/completions, /v1/chat/completions, /v1/embeddings and /health/ready for the
     models of a running Triton; stop cleanly on Ctrl-C or SIGTERM."""
-    import signal
     import threading
 
     from tritonpkg.frontend import FrontendServer, FrontendSettings
@@ -31,25 +31,19 @@ def frontend(
     settings = FrontendSettings(triton_grpc_url=triton_grpc, host=host, port=port, request_timeout_s=timeout,
                                 model_repository=model_repository.absolute() if model_repository else None)
     stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     server = FrontendServer(settings)
-    try:
-        with console.status(f"connecting to Triton at {triton_grpc} ...") if not as_json else _nothing():
-            server.start()
-        _report(server, as_json)
-        serve_until_stopped(stop, lambda: None if server.running else "the frontend stopped unexpectedly")
-    finally:
-        server.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    with stop_signals(lambda *_: stop.set()):
+        try:
+            connecting = f"connecting to Triton at {triton_grpc} ..."
+            status = contextlib.nullcontext() if as_json else console.status(connecting)
+            with status:
+                server.start()
+            _report(server, as_json)
+            serve_until_stopped(stop, lambda: None if server.running else "the frontend stopped unexpectedly")
+        finally:
+            server.stop()
     if not as_json:
         console.print("frontend stopped", highlight=False)
-
-
-def _nothing():
-    import contextlib
-
-    return contextlib.nullcontext()
 
 
 def _report(server, as_json: bool) -> None:

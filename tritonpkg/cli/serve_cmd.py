@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 from tritonpkg.cli._common import (EXIT_PROBLEMS, console, err_console, library_errors, print_json,
-                                   print_error, serve_until_stopped)
+                                   print_error, serve_until_stopped, stop_signals)
 
 EXIT_INTERRUPTED = 130  # the shell's code for a command ended by a signal it did not finish
 
@@ -88,7 +88,6 @@ def _print_docker(repo: Path, release: str | None, weights: list[Path], http: in
 
 
 def _serve_local(options, as_json: bool) -> None:
-    import signal
     import threading
 
     from tritonpkg.runtime import ServerStartError
@@ -102,31 +101,28 @@ def _serve_local(options, as_json: bool) -> None:
         if not serving.is_set():  # still starting (a vLLM engine takes a minute): abort the start
             raise KeyboardInterrupt
 
-    # Explicit handlers: a shell starts background jobs with SIGINT ignored, and a closed terminal sends SIGHUP.
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     progress = _Progress(err_console if as_json else console)
     stack = ServingStack(options, on_event=progress)
-    try:
+    with stop_signals(on_signal):
         try:
-            stack.start()
-        except ServerStartError as exc:  # other TritonpkgErrors go through library_errors
-            progress.close()
-            print_error(exc.message)
-            err_console.print(f"full log: {exc.file}", highlight=False, markup=False)
-            raise typer.Exit(EXIT_PROBLEMS) from None
-        except KeyboardInterrupt:
-            progress.close()
-            err_console.print("interrupted during start-up: what had started is stopped", highlight=False)
-            raise typer.Exit(EXIT_INTERRUPTED) from None
+            try:
+                stack.start()
+            except ServerStartError as exc:  # other TritonpkgErrors go through library_errors
+                progress.close()
+                print_error(exc.message)
+                err_console.print(f"full log: {exc.file}", highlight=False, markup=False)
+                raise typer.Exit(EXIT_PROBLEMS) from None
+            except KeyboardInterrupt:
+                progress.close()
+                err_console.print("interrupted during start-up: what had started is stopped", highlight=False)
+                raise typer.Exit(EXIT_INTERRUPTED) from None
+            finally:
+                progress.close()
+            serving.set()
+            _report(stack, as_json)
+            serve_until_stopped(stop, stack.problem)
         finally:
-            progress.close()
-        serving.set()
-        _report(stack, as_json)
-        serve_until_stopped(stop, stack.problem)
-    finally:
-        stack.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            stack.stop()
     if not as_json:
         console.print("stopped: Triton and every endpoint", highlight=False)
 
