@@ -7,6 +7,7 @@ MoE kernel backend) is checked by vLLM only once the feature is on; validate rep
 from __future__ import annotations
 
 import difflib
+import operator
 from collections.abc import Iterator
 
 from tritonpkg.validate.context import Context
@@ -69,8 +70,7 @@ def engine_args(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
                             field=key, file=f, expected="a local path (materialise the weights first)")
 
 
-_LIMITS = {"ge": (lambda v, b: v >= b, ">="), "gt": (lambda v, b: v > b, ">"),
-           "le": (lambda v, b: v <= b, "<="), "lt": (lambda v, b: v < b, "<")}
+_LIMITS = {"ge": (operator.ge, ">="), "gt": (operator.gt, ">"), "le": (operator.le, "<="), "lt": (operator.lt, "<")}
 
 
 def _value_problems(m: LoadedModel, key: str, value, spec: dict, version) -> Iterator[Problem]:
