@@ -84,9 +84,7 @@ def main() -> int:
 
         def static(graph: bool):
             p = core.pack([ids], pad_to=bucket_tokens(n)).to("cuda")
-            if graph:
-                return runner.run(p.input_ids, p.positions, p.seg, 1).cpu()
-            return model.encode_static(p.input_ids, p.positions, p.seg, 1).cpu()
+            return (runner.run(p) if graph else model.encode_static(p)).cpu()
 
         ref = eager()
         graph_out = [static(True) for _ in range(3)][-1]  # eager, capture, replay

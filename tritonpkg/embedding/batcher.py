@@ -18,9 +18,11 @@ class Ticket:
     on error). `on_done` callbacks run in the thread that completes the ticket."""
 
     def __init__(self, sequences: Sequence[Sequence[int]], options: Any = None,
-                 on_done: Callable[["Ticket"], None] | None = None) -> None:
+                 on_done: Callable[["Ticket"], None] | None = None,
+                 type_starts: Sequence[int | None] | None = None) -> None:
         self.sequences = [list(s) for s in sequences]
         self.options = options
+        self.type_starts = list(type_starts) if type_starts is not None else None
         self.values: np.ndarray | None = None
         self.error: BaseException | None = None
         self.submitted = time.perf_counter()
@@ -32,6 +34,9 @@ class Ticket:
     @property
     def num_tokens(self) -> int:
         return sum(len(s) for s in self.sequences)
+
+    def type_start(self, index: int) -> int | None:
+        return self.type_starts[index] if self.type_starts is not None else None
 
     def fill(self, index: int, row: np.ndarray) -> None:
         with self._lock:

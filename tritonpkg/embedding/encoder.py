@@ -1,5 +1,7 @@
-"""A BERT encoder over packed tokens with mean pooling, built from a checkpoint's state dict (the key
-names of Hugging Face BERT checkpoints, which are stable) and its config.json.
+"""A BERT encoder over packed tokens, built from a checkpoint's state dict (the key names of Hugging Face
+BERT checkpoints, which are stable) and its config.json. Two heads: mean pooling (sentence embeddings,
+bi-encoders) and BertForSequenceClassification's pooler + classifier over the [CLS] token (cross-encoders,
+which read a (query, document) pair as one sequence with token types 0 and 1).
 
 Two attention paths: `encode` (eager, any batch) runs attention per length group, so the only padding
 is inside groups of near-equal lengths; `encode_static` takes a batch padded to a fixed token count and
@@ -22,6 +24,7 @@ import torch.nn.functional as F
 from .packing import Packed, group_indices
 
 COMPUTE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+HEADS = ("mean", "classifier")
 
 
 def resolve_compute_dtype(name: str, device: str = "cpu") -> str:
@@ -43,8 +46,11 @@ _ACTIVATIONS = {"gelu": F.gelu, "gelu_new": lambda x: F.gelu(x, approximate="tan
 
 
 class PackedBert(torch.nn.Module):
-    def __init__(self, config: Mapping, state: Mapping[str, torch.Tensor], compute_dtype: str = "float32") -> None:
+    def __init__(self, config: Mapping, state: Mapping[str, torch.Tensor], compute_dtype: str = "float32",
+                 head: str = "mean") -> None:
         super().__init__()
+        if head not in HEADS:
+            raise ValueError(f"head {head!r} is not supported (expected one of {', '.join(HEADS)})")
         if compute_dtype not in COMPUTE_DTYPES:
             raise ValueError(f"compute dtype {compute_dtype!r} is not supported (expected one of {', '.join(COMPUTE_DTYPES)})")
         self.compute_dtype = COMPUTE_DTYPES[compute_dtype]
@@ -79,12 +85,24 @@ class PackedBert(torch.nn.Module):
             layer.down_w, layer.down_b = mm(pre + "output.dense.weight"), mm(pre + "output.dense.bias")
             layer.ln2_w, layer.ln2_b = p(pre + "output.LayerNorm.weight"), p(pre + "output.LayerNorm.bias")
             self.layers.append(layer)
+        self.head = head
+        if head == "classifier":
+            missing = [k for k in ("pooler.dense.weight", "classifier.weight") if k not in state]
+            if missing:
+                raise ValueError(f"the checkpoint has no {' and no '.join(missing)}: a cross-encoder needs "
+                                 "BertForSequenceClassification's pooler and classifier")
+            self.pooler_w, self.pooler_b = p("pooler.dense.weight"), p("pooler.dense.bias")
+            self.classifier_w, self.classifier_b = p("classifier.weight"), p("classifier.bias")
+            self.num_labels = int(self.classifier_w.shape[0])
 
     @classmethod
-    def from_pretrained(cls, folder: str | Path, compute_dtype: str = "float32") -> "PackedBert":
-        """config.json + model.safetensors (or pytorch_model.bin) of a BERT checkpoint folder."""
+    def from_pretrained(cls, folder: str | Path, compute_dtype: str = "float32", head: str = "mean") -> "PackedBert":
+        """config.json + model.safetensors (or pytorch_model.bin) of a BERT checkpoint folder. `head="auto"`:
+        the classifier when config.json names a *ForSequenceClassification architecture, else mean pooling."""
         folder = Path(folder)
         config = json.loads((folder / "config.json").read_text())
+        if head == "auto":
+            head = "classifier" if is_cross_encoder(config) else "mean"
         if (folder / "model.safetensors").is_file():
             from safetensors.torch import load_file
 
@@ -93,7 +111,7 @@ class PackedBert(torch.nn.Module):
             state = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
         else:
             raise FileNotFoundError(f"{folder} holds neither model.safetensors nor pytorch_model.bin")
-        return cls(config, state, compute_dtype)
+        return cls(config, state, compute_dtype, head)
 
     @classmethod
     def random(cls, config: Mapping, seed: int = 0) -> "PackedBert":
@@ -115,8 +133,9 @@ class PackedBert(torch.nn.Module):
                 state[pre + ln + ".weight"], state[pre + ln + ".bias"] = torch.ones(h), torch.zeros(h)
         return cls(config, state)
 
-    def _embed(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        x = self.word[ids] + self.position[positions] + self.token_type[0]
+    def _embed(self, ids: torch.Tensor, positions: torch.Tensor, token_types: torch.Tensor | None) -> torch.Tensor:
+        types = self.token_type[0] if token_types is None else self.token_type[token_types]
+        x = self.word[ids] + self.position[positions] + types
         return F.layer_norm(x, (self.hidden,), self.emb_ln[0], self.emb_ln[1], self.eps)
 
     def _layers(self, x: torch.Tensor, attend) -> torch.Tensor:
@@ -135,7 +154,7 @@ class PackedBert(torch.nn.Module):
 
     @torch.inference_mode()
     def encode(self, packed: Packed) -> torch.Tensor:
-        """Mean-pooled [num_sequences, hidden] of an unpadded packed batch (eager)."""
+        """The head's [num_sequences, hidden or num_labels] of an unpadded packed batch (eager)."""
         device = self.word.device
         packed = packed.to(device)
         groups = group_indices(packed.lengths, device=device)
@@ -157,14 +176,14 @@ class PackedBert(torch.nn.Module):
                 out[g.tokens] = o.transpose(1, 2).flatten(-2)[g.valid]
             return out
 
-        x = self._layers(self._embed(packed.input_ids, packed.positions), attend)
-        return _mean_pool(x, packed.seg, len(packed.lengths))
+        x = self._layers(self._embed(packed.input_ids, packed.positions, packed.token_types), attend)
+        return self._head(x, packed)
 
     @torch.inference_mode()
-    def encode_static(self, ids: torch.Tensor, positions: torch.Tensor, seg: torch.Tensor,
-                      num_sequences: int) -> torch.Tensor:
-        """Mean-pooled [num_sequences, hidden] of a batch padded to a fixed token count; padding tokens
-        carry seg == num_sequences. Shapes depend only on (num_sequences, len(ids)): graph-capturable."""
+    def encode_static(self, packed: Packed) -> torch.Tensor:
+        """`encode` of a batch padded to a fixed token count (padding tokens carry seg == num_sequences),
+        with a block-diagonal mask: shapes depend only on (num_sequences, num_tokens), graph-capturable."""
+        seg = packed.seg
         mask = (seg[:, None] == seg[None, :])[None, None]
 
         def attend(qkv: torch.Tensor) -> torch.Tensor:
@@ -172,8 +191,21 @@ class PackedBert(torch.nn.Module):
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
             return o.transpose(1, 2).flatten(-2)[0]
 
-        x = self._layers(self._embed(ids, positions), attend)
-        return _mean_pool(x, seg, num_sequences)
+        x = self._layers(self._embed(packed.input_ids, packed.positions, packed.token_types), attend)
+        return self._head(x, packed)
+
+    def _head(self, x: torch.Tensor, packed: Packed) -> torch.Tensor:
+        n = packed.num_sequences
+        if self.head == "mean":
+            return _mean_pool(x, packed.seg, n)
+        first = (packed.positions == 0).to(x.dtype)[:, None]  # each sequence's [CLS]; a scatter, no masked select
+        cls = torch.zeros((n + 1, x.shape[1]), dtype=x.dtype, device=x.device).index_add_(0, packed.seg, x * first)[:n]
+        pooled = torch.tanh(F.linear(cls, self.pooler_w, self.pooler_b))
+        return F.linear(pooled, self.classifier_w, self.classifier_b)
+
+
+def is_cross_encoder(config: Mapping) -> bool:
+    return any(str(a).endswith("ForSequenceClassification") for a in config.get("architectures") or ())
 
 
 def _mean_pool(x: torch.Tensor, seg: torch.Tensor, num_sequences: int) -> torch.Tensor:

@@ -47,7 +47,9 @@ class EmbeddingEngine:
         return self.batcher.token_budget
 
     def submit(self, sequences: Sequence[Sequence[int]], options: Any = None,
-               on_done: Callable[[Ticket], None] | None = None) -> Ticket:
+               on_done: Callable[[Ticket], None] | None = None,
+               type_starts: Sequence[int | None] | None = None) -> Ticket:
+        """`type_starts` (sentence pairs, for a cross-encoder): where each sequence's second segment begins."""
         for i, s in enumerate(sequences):
             if not s:
                 raise EmbeddingInputError(f"input {i} is empty", field=f"input[{i}]", expected="at least one token")
@@ -56,7 +58,7 @@ class EmbeddingEngine:
                     f"input {i} has {len(s)} tokens, more than the model's {self.model.max_positions} positions",
                     field=f"input[{i}]", expected=f"at most {self.model.max_positions} tokens")
         self._ensure_started()
-        return self.batcher.submit(Ticket(sequences, options, on_done))
+        return self.batcher.submit(Ticket(sequences, options, on_done, type_starts))
 
     def embed(self, sequences: Sequence[Sequence[int]], timeout: float | None = None) -> np.ndarray:
         """Mean-pooled vectors of `sequences`, in order (blocking)."""
@@ -70,14 +72,13 @@ class EmbeddingEngine:
 
     def _launch(self, batch: list[Work]) -> ResultHandle:
         seqs = [w.ids for w in batch]
+        types = [w.ticket.type_start(w.index) for w in batch] if self.model.head == "classifier" else None
         if self.graphs is not None:
             total = sum(len(s) for s in seqs)
             padded = bucket_tokens(total)
             if padded <= self.graphs.cache.max_tokens:
-                packed = pack(seqs, pad_to=padded).to(self.device)
-                out = self.graphs.run(packed.input_ids, packed.positions, packed.seg, len(seqs))
-                return ResultHandle(out)
-        return ResultHandle(self.model.encode(pack(seqs)))
+                return ResultHandle(self.graphs.run(pack(seqs, pad_to=padded, type_starts=types).to(self.device)))
+        return ResultHandle(self.model.encode(pack(seqs, type_starts=types)))
 
     @staticmethod
     def _deliver(batch: list[Work], handle: ResultHandle) -> None:

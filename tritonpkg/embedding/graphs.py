@@ -13,6 +13,8 @@ from typing import Callable
 
 import torch
 
+from .packing import Packed
+
 SMALL_STEP = 64
 LARGE_STEP = 256
 LARGE_FROM = 1024
@@ -82,48 +84,54 @@ class BucketCache:
         return len(self._graphs)
 
 
-class _Captured:
-    """A captured graph and the static tensors it reads and writes."""
+def _tensors(p: Packed) -> list[torch.Tensor]:
+    return [t for t in (p.input_ids, p.positions, p.seg, p.token_types) if t is not None]
 
-    def __init__(self, graph: torch.cuda.CUDAGraph, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+
+class _Captured:
+    """A captured graph and the static batch it reads and the output it writes."""
+
+    def __init__(self, graph: torch.cuda.CUDAGraph, inputs: Packed, output: torch.Tensor) -> None:
         self.graph = graph
         self.inputs = inputs
         self.output = output
 
 
 class GraphRunner:
-    """Runs `forward(input_ids, positions, seg, num_sequences) -> [num_sequences, H]` on static-shape
-    inputs (a batch packed and padded to its bucket), through the bucket cache."""
+    """Runs `forward(packed) -> [num_sequences, ...]` on static-shape batches (packed and padded to their
+    bucket), through the bucket cache."""
 
-    def __init__(self, forward: Callable[..., torch.Tensor], cache: BucketCache | None = None,
+    def __init__(self, forward: Callable[[Packed], torch.Tensor], cache: BucketCache | None = None,
                  pool: object | None = None) -> None:
         self.forward = forward
         self.cache = cache or BucketCache()
         self.pool = pool if pool is not None else torch.cuda.graph_pool_handle()
         self.stream = torch.cuda.Stream()
 
-    def run(self, ids: torch.Tensor, positions: torch.Tensor, seg: torch.Tensor, num_sequences: int) -> torch.Tensor:
-        key = (num_sequences, int(ids.shape[0]))
+    def run(self, packed: Packed) -> torch.Tensor:
+        key = (packed.num_sequences, packed.num_tokens)
         action = self.cache.action(key)
         if action == "eager":
-            return self.forward(ids, positions, seg, num_sequences)
+            return self.forward(packed)
         if action == "capture":
-            captured = self._capture(ids, positions, seg, num_sequences)
+            captured = self._capture(packed)
             self.cache.store(key, captured)
         else:
             captured = self.cache.get(key)
-            for dst, src in zip(captured.inputs, (ids, positions, seg)):
+            for dst, src in zip(_tensors(captured.inputs), _tensors(packed)):
                 dst.copy_(src, non_blocking=True)
         captured.graph.replay()
         return captured.output
 
-    def _capture(self, ids, positions, seg, num_sequences) -> _Captured:
-        static = tuple(t.clone() for t in (ids, positions, seg))
+    def _capture(self, packed: Packed) -> _Captured:
+        clone = lambda t: None if t is None else t.clone()  # noqa: E731
+        static = Packed(clone(packed.input_ids), clone(packed.positions), clone(packed.seg), packed.lengths,
+                        clone(packed.token_types))
         self.stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(self.stream):
-            self.forward(*static, num_sequences)  # warm-up: lazy inits must not happen while capturing
+            self.forward(static)  # warm-up: lazy inits must not happen while capturing
         torch.cuda.current_stream().wait_stream(self.stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
-            output = self.forward(*static, num_sequences)
+            output = self.forward(static)
         return _Captured(graph, static, output)

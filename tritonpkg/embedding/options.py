@@ -1,5 +1,6 @@
 """What a request asks of its vectors: normalized or raw, `dimensions` (Matryoshka truncation only where
-the model declares it), and relevance scores of (query, document) pairs. Pure numpy."""
+the model declares it), and relevance scores of (query, document) pairs (bi-encoder cosine, or a
+cross-encoder's logit). Pure numpy."""
 
 from __future__ import annotations
 
@@ -34,6 +35,18 @@ def finish_vectors(pooled: np.ndarray, normalize: bool, dimensions: int | None) 
         norms = np.linalg.norm(v, axis=1, keepdims=True)
         v = v / np.maximum(norms, 1e-12)
     return v
+
+
+SCORE_ACTIVATIONS = ("sigmoid", "none")
+
+
+def classifier_scores(logits: np.ndarray, activation: str) -> np.ndarray:
+    """A cross-encoder's one logit per pair -> its score: sigmoid (as sentence-transformers' CrossEncoder
+    gives for a one-label model) or the raw logit."""
+    if activation not in SCORE_ACTIVATIONS:
+        raise ValueError(f"activation {activation!r} is not one of {', '.join(SCORE_ACTIVATIONS)}")
+    raw = np.asarray(logits, dtype=np.float32).reshape(len(logits), -1)[:, 0]
+    return (1.0 / (1.0 + np.exp(-raw))).astype(np.float32) if activation == "sigmoid" else raw
 
 
 def cosine_scores(vectors: np.ndarray) -> np.ndarray:

@@ -19,6 +19,7 @@ class Packed:
     positions: torch.Tensor  # [T] int64
     seg: torch.Tensor  # [T] int64
     lengths: list[int]
+    token_types: torch.Tensor | None = None  # [T] int64 (BERT segment ids of sentence pairs); None = all 0
 
     @property
     def num_tokens(self) -> int:
@@ -29,12 +30,15 @@ class Packed:
         return len(self.lengths)
 
     def to(self, device: torch.device | str) -> "Packed":
-        return Packed(self.input_ids.to(device, non_blocking=True), self.positions.to(device, non_blocking=True),
-                      self.seg.to(device, non_blocking=True), self.lengths)
+        move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
+        return Packed(move(self.input_ids), move(self.positions), move(self.seg), self.lengths, move(self.token_types))
 
 
-def pack(sequences: Sequence[Sequence[int]], pad_to: int | None = None, pad_id: int = 0) -> Packed:
-    """Concatenate `sequences`; with `pad_to`, append padding tokens up to that many tokens in total."""
+def pack(sequences: Sequence[Sequence[int]], pad_to: int | None = None, pad_id: int = 0,
+         type_starts: Sequence[int | None] | None = None) -> Packed:
+    """Concatenate `sequences`; with `pad_to`, append padding tokens up to that many tokens in total.
+    `type_starts[i]`: where sequence i's second segment (token type 1) begins, None if it has none; given
+    at all, the batch carries token types (every batch of a model the same way, so graphs keep their inputs)."""
     lengths = [len(s) for s in sequences]
     total = sum(lengths)
     if pad_to is not None and pad_to < total:
@@ -43,14 +47,17 @@ def pack(sequences: Sequence[Sequence[int]], pad_to: int | None = None, pad_id: 
     ids = torch.full((width,), pad_id, dtype=torch.int64)
     positions = torch.zeros(width, dtype=torch.int64)
     seg = torch.full((width,), len(lengths), dtype=torch.int64)
+    types = torch.zeros(width, dtype=torch.int64) if type_starts is not None else None
     start = 0
     for i, s in enumerate(sequences):
         n = lengths[i]
         ids[start:start + n] = torch.as_tensor(s, dtype=torch.int64)
         positions[start:start + n] = torch.arange(n)
         seg[start:start + n] = i
+        if types is not None and type_starts[i] is not None:
+            types[start + type_starts[i]:start + n] = 1
         start += n
-    return Packed(ids, positions, seg, lengths)
+    return Packed(ids, positions, seg, lengths, types)
 
 
 def length_groups(lengths: Sequence[int], max_waste: float = 0.125) -> list[list[int]]:

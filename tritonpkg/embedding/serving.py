@@ -17,8 +17,8 @@ import torch
 from .encoder import PackedBert, resolve_compute_dtype
 from .engine import EmbeddingEngine
 from .errors import EmbeddingInputError
-from .options import check_dimensions, cosine_scores, finish_vectors
-from .tokenize import encode_texts, load_tokenizer
+from .options import check_dimensions, classifier_scores, cosine_scores, finish_vectors
+from .tokenize import encode_pairs, encode_texts, load_tokenizer
 
 
 def _texts(array: np.ndarray) -> list[str]:
@@ -26,6 +26,8 @@ def _texts(array: np.ndarray) -> list[str]:
 
 
 class _EngineModel:
+    head = "mean"  # PackedBert's head for this template ("auto": from the checkpoint's config.json)
+
     def __init__(self, pb: Any, settings: dict, args: dict) -> None:
         self.pb = pb
         self.settings = settings
@@ -41,7 +43,10 @@ class _EngineModel:
             device = f"cuda:{args.get('model_instance_device_id', 0)}"
             torch.cuda.set_device(device)
         dtype = resolve_compute_dtype(settings.get("dtype") or "float32", device)
-        self.model = PackedBert.from_pretrained(weights, dtype).to(device).eval()
+        try:
+            self.model = PackedBert.from_pretrained(weights, dtype, self.head).to(device).eval()
+        except ValueError as exc:
+            raise pb.TritonModelException(f"weights folder {weights}: {exc}") from None
         self.tokenizer = load_tokenizer(os.path.join(weights, "tokenizer.json"))
         self.max_length = min(int(settings.get("max_length") or self.model.max_positions), self.model.max_positions)
         self.engine = EmbeddingEngine(self.model, int(settings["token_budget"]),
@@ -77,7 +82,8 @@ class _EngineModel:
         sender.send(self.pb.InferenceResponse(error=self.pb.TritonError(text)),
                     flags=self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
-    def reply_when_done(self, sender: Any, seqs: list[list[int]], outputs) -> None:
+    def reply_when_done(self, sender: Any, seqs: list[list[int]], outputs,
+                        type_starts: list[int | None] | None = None) -> None:
         """Submit `seqs`; when done, send outputs(values) (or the error) through `sender`."""
         def done(ticket):
             try:
@@ -87,7 +93,7 @@ class _EngineModel:
             except Exception as exc:
                 self.send_error(sender, exc)
 
-        self.engine.submit(seqs, on_done=done)
+        self.engine.submit(seqs, on_done=done, type_starts=type_starts)
 
     def finalize(self) -> None:
         self.engine.close()
@@ -130,8 +136,20 @@ class EmbeddingModel(_EngineModel):
 
 
 class ScoringModel(_EngineModel):
-    """QUERY + DOCUMENTS -> SCORES (relevance of each document to the query, in order), prefill only:
-    the query and documents are encoded in one pass and compared by cosine similarity."""
+    """QUERY + DOCUMENTS -> SCORES (relevance of each document to the query, in order), prefill only.
+    A sentence-embedding checkpoint (bi-encoder): the query and documents are encoded in one pass and
+    compared by cosine similarity. A BertForSequenceClassification checkpoint (cross-encoder): each
+    (query, document) pair is one sequence and its score the classifier's logit (`activation`)."""
+
+    head = "auto"
+
+    def __init__(self, pb: Any, settings: dict, args: dict) -> None:
+        super().__init__(pb, settings, args)
+        if self.model.head == "classifier" and self.model.num_labels != 1:
+            raise pb.TritonModelException(
+                f"weights folder {settings['weights']}: the classifier has {self.model.num_labels} labels; "
+                "a relevance cross-encoder has 1 (one score per document)")
+        self.activation = settings.get("activation") or "sigmoid"
 
     def submit(self, request: Any, sender: Any) -> None:
         truncate = bool(self.option(request, "TRUNCATE", self.settings["truncate"]))
@@ -143,6 +161,12 @@ class ScoringModel(_EngineModel):
         if not 1 <= len(docs) <= limit:
             raise EmbeddingInputError(f"{len(docs)} documents given", field="DOCUMENTS",
                                       expected=f"1 to {limit} documents")
+        if self.model.head == "classifier":
+            seqs, starts = encode_pairs(self.tokenizer, query[0], docs, self.max_length, truncate)
+            counts = np.array([len(s) for s in seqs], dtype=np.int64)
+            self.reply_when_done(sender, seqs, lambda values: {
+                "SCORES": classifier_scores(values, self.activation), "NUM_TOKENS": counts}, type_starts=starts)
+            return
         seqs = self.tokenize(query, truncate, "QUERY") + self.tokenize(docs, truncate, "DOCUMENTS")
         counts = np.array([len(s) for s in seqs[1:]], dtype=np.int64)
         self.reply_when_done(sender, seqs, lambda values: {"SCORES": cosine_scores(values), "NUM_TOKENS": counts})

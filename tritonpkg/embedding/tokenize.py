@@ -27,6 +27,33 @@ def encode_texts(tokenizer: Any, texts: Sequence[str], max_length: int, truncate
     return ids
 
 
+def encode_pairs(tokenizer: Any, query: str, documents: Sequence[str], max_length: int, truncate: bool,
+                 field: str = "DOCUMENTS") -> tuple[list[list[int]], list[int | None]]:
+    """(query, document) pairs as single sequences for a cross-encoder ([CLS] query [SEP] document [SEP] with
+    BERT's pair template) -> (ids, where each document's token type 1 begins). A pair over `max_length` is
+    truncated longest-first (as transformers' `truncation=True`) or refused with the document's index."""
+    pairs = [(query, d) for d in documents]
+    encodings = tokenizer.encode_batch(pairs)
+    long = [i for i, e in enumerate(encodings) if len(e.ids) > max_length]
+    if long and not truncate:
+        i = long[0]
+        raise EmbeddingInputError(
+            f"query + document {i} have {len(encodings[i].ids)} tokens, more than the model's limit of {max_length}"
+            f"{f' ({len(long)} documents are too long)' if len(long) > 1 else ''}",
+            field=f"{field}[{i}]", expected=f"query + document within {max_length} tokens, or truncation turned on")
+    if long:
+        for i, enc in zip(long, tokenizer_truncating(tokenizer, max_length).encode_batch([pairs[i] for i in long])):
+            encodings[i] = enc
+    return [list(e.ids) for e in encodings], [_second_segment(e.type_ids) for e in encodings]
+
+
+def _second_segment(type_ids: Sequence[int]) -> int | None:
+    for i, t in enumerate(type_ids):
+        if t:
+            return i
+    return None
+
+
 _TRUNCATING: dict[tuple[int, int], Any] = {}
 
 
