@@ -294,3 +294,43 @@ def test_a_cross_encoder_refuses_a_pair_over_its_limit_unless_truncation_is_aske
         [(query, d) for d in docs])  # transformers truncates longest-first to 128
     assert error is None and np.abs(result.as_numpy("SCORES") - expected).max() < 1e-4
     assert result.as_numpy("NUM_TOKENS").tolist()[1] == 128
+
+
+def rerank(frontend, **body):
+    import httpx
+
+    return httpx.post(f"{str(frontend.base_url).rstrip('/')}/rerank", json=body, timeout=60)
+
+
+def test_openai_frontend_reranks_with_a_scoring_model_best_first(frontend, repo):
+    from sentence_transformers import CrossEncoder
+
+    query = "which animal is fast?"
+    docs = [f"document {i} about {'cheetahs running fast' if i % 3 == 0 else 'tax law and paperwork ' * (i % 4)}"
+            for i in range(12)]
+    expected = CrossEncoder(str(repo.parent / "xenc-weights"), device="cpu", max_length=128).predict(
+        [(query, d) for d in docs])
+    kinds = {m.id: m.model_extra["kind"] for m in frontend.models.list().data}
+    assert kinds[XENC] == kinds["minilm_score"] == "score" and kinds["minilm_embed"] == "embed"
+    r = rerank(frontend, model=XENC, query=query, documents=docs, top_n=5)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    best = list(np.argsort(-expected, kind="stable")[:5])
+    assert [x["index"] for x in body["results"]] == best
+    assert np.abs(np.array([x["relevance_score"] for x in body["results"]]) - expected[best]).max() < 1e-4
+    assert [x["document"]["text"] for x in body["results"]] == [docs[i] for i in best]
+    assert body["usage"]["total_tokens"] > 12 * 7  # each pair holds the query
+    bare = rerank(frontend, model="minilm_score", query=query, documents=docs, return_documents=False).json()
+    assert len(bare["results"]) == 12 and "document" not in bare["results"][0]
+    assert bare["results"][0]["index"] % 3 == 0  # MiniLM's cosine ranks a cheetah document first
+
+
+def test_openai_rerank_refuses_what_it_cannot_honour_with_a_400_naming_the_field(frontend):
+    r = rerank(frontend, model=XENC, query="q", documents=["cheetahs", "paperwork " * 200])  # the spec: truncate off
+    assert r.status_code == 400 and r.json()["error"]["param"] == "documents", r.text
+    assert "query + document 1 have" in r.json()["error"]["message"]
+    r = rerank(frontend, model=XENC, query="q", documents=["a"], rank_fields=["text"])
+    assert r.status_code == 400 and r.json()["error"]["param"] == "rank_fields"
+    r = rerank(frontend, model="minilm_embed", query="q", documents=["a"])
+    assert r.status_code == 400 and "needs a score model" in r.json()["error"]["message"]
+    assert rerank(frontend, model=XENC, query="q", documents=[]).status_code == 400

@@ -25,7 +25,7 @@ from tests.integration.conftest import package_tiny_llm_and_minilm
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 MINILM = EXAMPLES / "minilm-embeddings"
-MODEL, EMBEDDER = "tiny_llm", "minilm"
+MODEL, EMBEDDER, SCORER = "tiny_llm", "minilm", "minilm_score"
 GREEDY = {"temperature": 0, "extra_body": {"ignore_eos": True}}
 SCHEMA = {
     "type": "object",
@@ -40,8 +40,19 @@ def repo(tmp_path_factory):
     # vLLM's metrics show what a cancelled stream cost. The tiny model streams 480 tokens in about 0.2 s,
     # which a loaded machine can relay before the client's disconnect reaches the backend, so this module's
     # model gets a 4096-token context: the abort test's generation outlasts the cancellation path by seconds
-    return package_tiny_llm_and_minilm(tmp_path_factory.mktemp("openai-frontend"), context=4096,
-                                       disable_log_stats=False, max_model_len=4096, max_num_batched_tokens=4096)
+    # and the `scoring` template on MiniLM (a Python-backend model) for /v1/rerank
+    import runpy
+
+    from tritonpkg.repository import package_spec
+    from tritonpkg.spec import load_spec
+
+    root = tmp_path_factory.mktemp("openai-frontend")
+    repo = package_tiny_llm_and_minilm(root, context=4096, disable_log_stats=False, max_model_len=4096,
+                                       max_num_batched_tokens=4096)
+    specs = runpy.run_path(str(EXAMPLES / "minilm-embeddings-template" / "locate_weights.py"))["write_specs"](
+        root / "template-specs")
+    package_spec(load_spec(specs["score"]), repo)
+    return repo
 
 
 @pytest.fixture(scope="module")
@@ -110,10 +121,11 @@ def triton_text(triton, prompt: str, params: dict) -> str:
         client.close()
 
 
-def test_models_lists_the_llm_and_the_embedder(client):
+def test_models_lists_the_llm_the_embedder_and_the_scorer(client):
     models = {m.id: m for m in client.models.list().data}
-    assert set(models) == {MODEL, EMBEDDER}
+    assert set(models) == {MODEL, EMBEDDER, SCORER}
     assert models[MODEL].model_extra["kind"] == "generate" and models[EMBEDDER].model_extra["kind"] == "embed"
+    assert models[SCORER].model_extra["kind"] == "score"
 
 
 def test_completion_matches_triton_and_counts_tokens(client, triton, chat_tokenizer):
@@ -328,7 +340,7 @@ def test_embeddings_equal_sentence_transformers(client):
 def test_ready_only_with_every_model_ready_and_kserve_still_served(frontend, triton):
     with urllib.request.urlopen(f"{frontend.url}/health/ready", timeout=30) as resp:
         body = json.load(resp)
-    assert resp.status == 200 and body["models"] == [EMBEDDER, MODEL]
+    assert resp.status == 200 and body["models"] == [EMBEDDER, SCORER, MODEL]
     with urllib.request.urlopen(f"{triton.http_url}/v2/health/ready", timeout=30) as resp:
         assert resp.status == 200
 
@@ -343,7 +355,7 @@ def test_no_request_from_the_openapi_document_gets_a_5xx(frontend):
     api = schemathesis.openapi.from_url(f"{frontend.url}/openapi.json")
     operations = [result.ok() for result in api.get_all_operations()]
     assert {op.path for op in operations} >= {"/v1/models", "/v1/completions", "/v1/chat/completions",
-                                               "/v1/embeddings", "/health/ready"}
+                                               "/v1/embeddings", "/v1/rerank", "/health/ready"}
     seen: dict[str, set[int]] = {}
     for op in operations:
         strategy = op.as_strategy(GenerationMode.POSITIVE)
@@ -377,15 +389,15 @@ def aim_at_served_models(case) -> None:
     turn = next(_cases) % 3
     if turn == 0:
         return
-    served = EMBEDDER if case.operation.path == "/v1/embeddings" else MODEL
+    served = {"/v1/embeddings": EMBEDDER, "/v1/rerank": SCORER}.get(case.operation.path, MODEL)
     if turn == 2:
-        required = ("input",) if served == EMBEDDER else ("prompt", "messages")
+        required = {EMBEDDER: ("input",), SCORER: ("query", "documents")}.get(served, ("prompt", "messages"))
         for key in [k for k in body if k not in required]:
             del body[key]
         if "prompt" in body:  # vLLM refuses an empty prompt (a 400 that the random third already covers)
             body["prompt"] = _non_empty(body["prompt"])
     body["model"] = served
-    if served == EMBEDDER:
+    if served != MODEL:
         return
     for key, cap in (("max_tokens", 8), ("max_completion_tokens", 8), ("n", 2)):
         if isinstance(body.get(key), int) and body[key] > cap:

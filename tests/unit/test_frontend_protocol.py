@@ -235,6 +235,21 @@ def test_requests_carry_raw_tensors_and_ask_for_the_final_flag():
     assert deserialize_bytes_tensor(request.raw_input_contents[0])[0] == "héllo".encode()
     assert list(request.raw_input_contents[1:]) == [b"\x01", b"\x00"]
     assert request.parameters["triton_enable_empty_final_response"].bool_param
+    documents = build_request("s", "fe-8", [("QUERY", "q"), ("DOCUMENTS", ["één", "", "three"])])
+    assert [(t.name, list(t.shape)) for t in documents.inputs] == [("QUERY", [1]), ("DOCUMENTS", [3])]
+    assert list(deserialize_bytes_tensor(documents.raw_input_contents[1])) == ["één".encode(), b"", b"three"]
+
+
+def test_rerank_results_come_best_first_cut_to_top_n_and_keep_document_indices():
+    from tritonpkg.frontend.responses import rerank_body
+
+    docs = ["a", "b", "c", "d"]
+    body = rerank_body("m", docs, [0.1, 0.9, 0.5, 0.9], 40, 3, True)
+    assert [(r["index"], r["relevance_score"], r["document"]["text"]) for r in body["results"]] == [
+        (1, 0.9, "b"), (3, 0.9, "d"), (2, 0.5, "c")]  # ties keep document order
+    assert body["usage"] == {"total_tokens": 40} and body["id"].startswith("rerank-")
+    bare = rerank_body("m", docs, [0.1, 0.9, 0.5, 0.2], 40, None, False)
+    assert [r["index"] for r in bare["results"]] == [1, 2, 3, 0] and "document" not in bare["results"][0]
 
 
 def test_a_template_bos_is_dropped_only_when_the_engine_adds_one_itself():

@@ -23,8 +23,8 @@ from tritonpkg.frontend.embeddings import embed_texts, embeddings_body, input_te
 from tritonpkg.frontend.errors import APIError, field_path
 from tritonpkg.frontend.mapping import (Plan, chat_messages, chat_plan, completion_plan, default_max_tokens,
                                         without_added_bos)
-from tritonpkg.frontend.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
-from tritonpkg.frontend.responses import chat_body, completion_body, new_id
+from tritonpkg.frontend.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, RerankRequest
+from tritonpkg.frontend.responses import chat_body, completion_body, new_id, rerank_body
 from tritonpkg.frontend.settings import FrontendSettings
 from tritonpkg.frontend.streaming import chat_events, completion_events
 from tritonpkg.frontend.triton import Output, TritonBackend
@@ -90,8 +90,9 @@ def create_app(settings: FrontendSettings) -> FastAPI:
             await backend.close()
 
     app = FastAPI(title="tritonpkg OpenAI-compatible frontend", version="1", lifespan=lifespan,
-                  description="OpenAI's completions, chat, embeddings and models routes over Triton gRPC. "
-                              "Strict: a field the backend cannot honour is a 400 naming it.")
+                  description="OpenAI's completions, chat, embeddings and models routes, and the rerank route of "
+                              "vLLM, Jina and Cohere, over Triton gRPC. Strict: a field the backend cannot honour "
+                              "is a 400 naming it.")
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(APIError, _api_error)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, _unexpected)
@@ -164,6 +165,14 @@ def create_app(settings: FrontendSettings) -> FastAPI:
         entry = await catalog(request).get(body.model)
         vectors, tokens = await embed_texts(entry, texts, body.dimensions, backend(request))
         return _json(embeddings_body(body, vectors, tokens))
+
+    @app.post("/v1/rerank", responses=ERRORS)
+    async def rerank(body: RerankRequest, request: Request):
+        """Documents ranked by a `scoring`-template model (bi-encoder cosine or a cross-encoder)."""
+        entry = await catalog(request).get(body.model, ("score",))
+        scores, tokens = await _unless_client_leaves(request, backend(request).score(entry.name, body.query,
+                                                                                      body.documents))
+        return _json(rerank_body(body.model, body.documents, scores, tokens, body.top_n, body.return_documents))
 
     return app
 

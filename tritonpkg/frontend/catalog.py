@@ -19,7 +19,7 @@ from tritonpkg.frontend.errors import APIError, unknown_model
 from tritonpkg.frontend.triton import RETURN_FLAGS, TritonBackend
 from tritonpkg.gateway.frontend_bridge import is_template_embedding
 
-Kind = Literal["generate", "embed"]
+Kind = Literal["generate", "embed", "score"]
 REFRESH_MIN_INTERVAL_S = 1.0
 POOLING_RUNNERS = {"pooling"}
 POOLING_CONVERTS = {"embed", "embedding"}
@@ -58,6 +58,8 @@ def classify(config: dict[str, Any], engine_args: dict[str, Any] | None) -> Kind
     """The frontend route family a Triton model belongs to; None: not served by this frontend."""
     if is_template_embedding(config):
         return "embed"  # the `embedding` template: served through tritonpkg.gateway
+    if is_template_scoring(config):
+        return "score"  # the `scoring` template: /v1/rerank
     if config.get("backend") != "vllm":
         return None
     if engine_args is None:
@@ -65,6 +67,13 @@ def classify(config: dict[str, Any], engine_args: dict[str, Any] | None) -> Kind
     if engine_args.get("runner") in POOLING_RUNNERS or engine_args.get("convert") in POOLING_CONVERTS:
         return "embed"
     return "generate"
+
+
+def is_template_scoring(config: dict[str, Any]) -> bool:
+    """A Python-backend model that takes QUERY + DOCUMENTS and gives SCORES."""
+    inputs = {i.get("name") for i in config.get("input", [])}
+    outputs = {o.get("name") for o in config.get("output", [])}
+    return config.get("backend") == "python" and {"QUERY", "DOCUMENTS"} <= inputs and "SCORES" in outputs
 
 
 def read_engine_args(version_dir: Path) -> dict[str, Any] | None:

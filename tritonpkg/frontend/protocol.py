@@ -154,6 +154,16 @@ class EmbeddingRequest(Strict):
     user: str | None = None
 
 
+class RerankRequest(Strict):
+    """The rerank body of vLLM's, Jina's and Cohere's APIs."""
+
+    model: str
+    query: str
+    documents: list[str] = Field(min_length=1, description="Texts to rank against the query (strings only).")
+    top_n: int | None = Field(default=None, ge=1, description="Return the best n (default: all, best first).")
+    return_documents: bool = Field(default=True, description="Echo each document's text in its result.")
+
+
 # Values of those fields that ask for nothing (OpenAI's own defaults) pass.
 HARMLESS: dict[str, tuple[Any, ...]] = {"best_of": (1,), "store": (False,), "modalities": (["text"],),
                                         "service_tier": ("auto", "default")}

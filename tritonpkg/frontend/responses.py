@@ -24,6 +24,15 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{_PROCESS}{next(_COUNTER):012x}"
 
 
+def rerank_body(model: str, documents: list[str], scores: Any, tokens: int, top_n: int | None,
+                return_documents: bool) -> dict[str, Any]:
+    """Results best first (ties keep document order), at most `top_n`, each with its document's index."""
+    order = sorted(range(len(documents)), key=lambda i: -float(scores[i]))[:top_n]
+    results = [{"index": i, "relevance_score": float(scores[i]),
+                **({"document": {"text": documents[i]}} if return_documents else {})} for i in order]
+    return {"id": new_id("rerank"), "model": model, "usage": {"total_tokens": tokens}, "results": results}
+
+
 def finish_reason(raw: str | None) -> str | None:
     if raw is None:
         return None

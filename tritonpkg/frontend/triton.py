@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Iterable
 
@@ -33,7 +34,7 @@ RETURN_FLAGS = ("return_finish_reason", "return_num_input_tokens", "return_num_o
 FINAL = "triton_final_response"
 ENABLE_FINAL = "triton_enable_empty_final_response"
 MAX_MESSAGE = 256 * 1024 * 1024
-Input = tuple[str, Any]  # (tensor name, str or bool)
+Input = tuple[str, Any]  # (tensor name, str, list of str or bool)
 
 
 @dataclass
@@ -48,19 +49,21 @@ class Output:
 
 
 def build_request(model: str, request_id: str, inputs: Iterable[Input]) -> service_pb2.ModelInferRequest:
-    """A KServe v2 request with [1]-shaped BYTES (str) and BOOL (bool) inputs in raw form."""
+    """A KServe v2 request with BYTES (a str: shape [1]; a list of str: [n]) and BOOL ([1]) inputs in raw form."""
     request = service_pb2.ModelInferRequest(model_name=model, id=request_id)
     for name, value in inputs:
         tensor = request.inputs.add()
         tensor.name = name
-        tensor.shape.append(1)
         if isinstance(value, bool):
+            tensor.shape.append(1)
             tensor.datatype = "BOOL"
             request.raw_input_contents.append(b"\x01" if value else b"\x00")
         else:
-            data = value.encode("utf-8")
+            items = [value] if isinstance(value, str) else value
+            tensor.shape.append(len(items))
             tensor.datatype = "BYTES"
-            request.raw_input_contents.append(len(data).to_bytes(4, "little") + data)
+            request.raw_input_contents.append(b"".join(len(d).to_bytes(4, "little") + d
+                                                       for d in (s.encode("utf-8") for s in items)))
     request.parameters[ENABLE_FINAL].bool_param = True
     return request
 
@@ -299,6 +302,23 @@ class TritonBackend:
         inputs += [(flag, True) for flag in RETURN_FLAGS if flag in wanted and flag in returns]
         async for result in self.infer(model, inputs, own_stream=stream):
             yield parse_output(result)
+
+    async def score(self, model: str, query: str, documents: list[str]) -> tuple[Any, int]:
+        """A `scoring`-template model: (one relevance score per document, in order; tokens it read). Its
+        input errors name the tensor (`DOCUMENTS[3]: ...`) and are the request's: 400."""
+        scores, tokens = None, 0
+        try:
+            async for result in self.infer(model, [("QUERY", query), ("DOCUMENTS", documents)]):
+                scores = result.as_numpy("SCORES")
+                tokens = int(result.as_numpy("NUM_TOKENS").sum())
+        except APIError as exc:
+            field = re.match(r"(QUERY|DOCUMENTS)(\[\d+\])?: ", exc.message)
+            if exc.status == 500 and field:
+                raise APIError(400, exc.message, param=field.group(1).lower()) from None
+            raise
+        if scores is None:
+            raise APIError(500, f"model '{model}' returned no 'SCORES' output")
+        return scores.reshape(-1).astype("float32"), tokens
 
     async def embed(self, model: str, text: str, pooling: dict[str, Any]) -> tuple[Any, int | None]:
         inputs: list[Input] = [("text_input", text)]
