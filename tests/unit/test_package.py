@@ -229,3 +229,31 @@ def test_the_lock_records_how_the_package_asks_to_be_served(write_spec, tmp_path
     lock = json.loads((repo / LOCK_NAME).read_text())
     assert lock["models"]["double"]["versions"]["1"]["serving"] == {"execution_mode": "separate", "openai": True}
     assert packaged_serving(lock) == ("separate", True)
+
+
+def test_embedding_templates_refuse_weights_their_engine_cannot_load(write_spec, tmp_path):
+    """At packaging, naming the file, instead of when Triton loads the model; nothing is written."""
+    import shutil
+
+    import yaml
+
+    from tests.conftest import MINILM, make_cross_encoder
+
+    data = yaml.safe_load((EXAMPLES / "minilm-embeddings-template" / "scoring" / "tritonpkg.yaml").read_text())
+    two = make_cross_encoder(tmp_path / "two-labels", num_labels=2)
+    with pytest.raises(SpecError, match=r"two-labels/config.json: the classifier has 2 labels") as err:
+        package_spec(load_spec(write_spec({**data, "weights": str(two)})), tmp_path / "r")
+    assert err.value.field == "weights" and "1 label" in str(err.value) and not (tmp_path / "r").exists()
+    package_spec(load_spec(write_spec({**data, "weights": str(make_cross_encoder(tmp_path / "one"))})), tmp_path / "r")
+
+    roberta = tmp_path / "roberta"
+    shutil.copytree(MINILM, roberta)
+    config = json.loads((roberta / "config.json").read_text())
+    (roberta / "config.json").write_text(json.dumps({**config, "model_type": "roberta"}))
+    embed = yaml.safe_load((EXAMPLES / "minilm-embeddings-template" / "tritonpkg.yaml").read_text())
+    with pytest.raises(SpecError, match=r"model_type is 'roberta'.*expected 'bert'"):
+        package_spec(load_spec(write_spec({**embed, "weights": str(roberta)}, folder="e")), tmp_path / "r2")
+    (roberta / "config.json").write_text(json.dumps(config))
+    (roberta / "tokenizer.json").unlink()
+    with pytest.raises(SpecError, match=r"holds no tokenizer.json"):
+        package_spec(load_spec(write_spec({**embed, "weights": str(roberta)}, folder="e")), tmp_path / "r2")

@@ -21,6 +21,7 @@ from typing import Mapping
 import torch
 import torch.nn.functional as F
 
+from .checkpoint import is_cross_encoder
 from .packing import Packed, group_indices
 
 COMPUTE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -202,10 +203,6 @@ class PackedBert(torch.nn.Module):
         cls = torch.zeros((n + 1, x.shape[1]), dtype=x.dtype, device=x.device).index_add_(0, packed.seg, x * first)[:n]
         pooled = torch.tanh(F.linear(cls, self.pooler_w, self.pooler_b))
         return F.linear(pooled, self.classifier_w, self.classifier_b)
-
-
-def is_cross_encoder(config: Mapping) -> bool:
-    return any(str(a).endswith("ForSequenceClassification") for a in config.get("architectures") or ())
 
 
 def _mean_pool(x: torch.Tensor, seg: torch.Tensor, num_sequences: int) -> torch.Tensor:

@@ -146,6 +146,8 @@ def _python_model(
     assert spec.python is not None
     template = templates.load(template_name)
     params = templates.resolve_parameters(template, given_params, spec.source)
+    if template.meta.get("weights_check"):
+        _check_weights(spec, scoring=template.meta["weights_check"] == "scoring")
     if io is None:
         d_in, d_out = template.default_io(str(params.get("mode", "")))
         io = (_tensors(spec.python.inputs, d_in), _tensors(spec.python.outputs, d_out))
@@ -184,6 +186,22 @@ def _python_model(
     if "tokenizer" in params:
         model.files[f"{prefix}/tokenizer/tokenizer.json"] = _tokenizer_json(spec, params["tokenizer"])
     return model
+
+
+def _check_weights(spec: Spec, scoring: bool) -> None:
+    """A local checkpoint folder the template's engine could not load fails here, not at Triton's load.
+    Remote weights (materialized later) and a folder not there yet are left to the model's own load."""
+    location = spec.weights_location()
+    if location is None or "://" in location or not Path(location).is_dir():
+        return
+    from tritonpkg.embedding.checkpoint import check_folder
+    from tritonpkg.embedding.errors import EmbeddingInputError
+
+    try:
+        check_folder(Path(location), scoring=scoring)
+    except EmbeddingInputError as exc:
+        raise SpecError(f"weights: {exc.message}", file=spec.source, field="weights",
+                        expected=exc.expected) from None
 
 
 def _ensemble_models(spec: Spec) -> list[BuiltModel]:
