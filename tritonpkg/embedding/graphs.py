@@ -84,10 +84,6 @@ class BucketCache:
         return len(self._graphs)
 
 
-def _tensors(p: Packed) -> list[torch.Tensor]:
-    return [t for t in (p.input_ids, p.positions, p.seg, p.token_types) if t is not None]
-
-
 class _Captured:
     """A captured graph and the static batch it reads and the output it writes."""
 
@@ -118,15 +114,13 @@ class GraphRunner:
             self.cache.store(key, captured)
         else:
             captured = self.cache.get(key)
-            for dst, src in zip(_tensors(captured.inputs), _tensors(packed)):
+            for dst, src in zip(captured.inputs.tensors(), packed.tensors()):
                 dst.copy_(src, non_blocking=True)
         captured.graph.replay()
         return captured.output
 
     def _capture(self, packed: Packed) -> _Captured:
-        clone = lambda t: None if t is None else t.clone()  # noqa: E731
-        static = Packed(clone(packed.input_ids), clone(packed.positions), clone(packed.seg), packed.lengths,
-                        clone(packed.token_types))
+        static = packed.map(torch.clone)
         self.stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(self.stream):
             self.forward(static)  # warm-up: lazy inits must not happen while capturing

@@ -5,7 +5,7 @@ the only padding is inside a group of near-equal lengths."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -29,9 +29,16 @@ class Packed:
     def num_sequences(self) -> int:
         return len(self.lengths)
 
+    def tensors(self) -> list[torch.Tensor]:
+        return [t for t in (self.input_ids, self.positions, self.seg, self.token_types) if t is not None]
+
+    def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> "Packed":
+        """The same batch with `fn` applied to each of its tensors (moved, cloned)."""
+        types = None if self.token_types is None else fn(self.token_types)
+        return Packed(fn(self.input_ids), fn(self.positions), fn(self.seg), self.lengths, types)
+
     def to(self, device: torch.device | str) -> "Packed":
-        move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
-        return Packed(move(self.input_ids), move(self.positions), move(self.seg), self.lengths, move(self.token_types))
+        return self.map(lambda t: t.to(device, non_blocking=True))
 
 
 def pack(sequences: Sequence[Sequence[int]], pad_to: int | None = None, pad_id: int = 0,

@@ -44,14 +44,8 @@ def encode_pairs(tokenizer: Any, query: str, documents: Sequence[str], max_lengt
     if long:
         for i, enc in zip(long, tokenizer_truncating(tokenizer, max_length).encode_batch([pairs[i] for i in long])):
             encodings[i] = enc
-    return [list(e.ids) for e in encodings], [_second_segment(e.type_ids) for e in encodings]
-
-
-def _second_segment(type_ids: Sequence[int]) -> int | None:
-    for i, t in enumerate(type_ids):
-        if t:
-            return i
-    return None
+    return [list(e.ids) for e in encodings], [next((i for i, t in enumerate(e.type_ids) if t), None)
+                                              for e in encodings]
 
 
 _TRUNCATING: dict[tuple[int, int], Any] = {}
