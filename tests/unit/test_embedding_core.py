@@ -283,7 +283,8 @@ def test_engine_scores_pairs_with_their_token_types_across_batches(cross_encoder
 
 
 def test_a_checkpoint_without_a_classifier_is_not_a_cross_encoder():
-    assert PackedBert.from_pretrained(MINILM, head="auto").head == "mean"
+    model = PackedBert.from_pretrained(MINILM, head="auto")
+    assert (model.head, model.pooling) == ("pool", ("mean",))
     with pytest.raises(ValueError, match="no classifier.weight: a cross-encoder needs"):
         PackedBert.from_pretrained(MINILM, head="classifier")
 

@@ -246,14 +246,31 @@ def test_embedding_templates_refuse_weights_their_engine_cannot_load(write_spec,
     assert err.value.field == "weights" and "1 label" in str(err.value) and not (tmp_path / "r").exists()
     package_spec(load_spec(write_spec({**data, "weights": str(make_cross_encoder(tmp_path / "one"))})), tmp_path / "r")
 
-    roberta = tmp_path / "roberta"
-    shutil.copytree(MINILM, roberta)
-    config = json.loads((roberta / "config.json").read_text())
-    (roberta / "config.json").write_text(json.dumps({**config, "model_type": "roberta"}))
+    folder = tmp_path / "minilm"
+    shutil.copytree(MINILM, folder)
     embed = yaml.safe_load((EXAMPLES / "minilm-embeddings-template" / "tritonpkg.yaml").read_text())
-    with pytest.raises(SpecError, match=r"model_type is 'roberta'.*expected 'bert'"):
-        package_spec(load_spec(write_spec({**embed, "weights": str(roberta)}, folder="e")), tmp_path / "r2")
-    (roberta / "config.json").write_text(json.dumps(config))
-    (roberta / "tokenizer.json").unlink()
-    with pytest.raises(SpecError, match=r"holds no tokenizer.json"):
-        package_spec(load_spec(write_spec({**embed, "weights": str(roberta)}, folder="e")), tmp_path / "r2")
+
+    def refused(match: str, field: str) -> None:
+        with pytest.raises(SpecError, match=match) as err:
+            package_spec(load_spec(write_spec({**embed, "weights": str(folder)}, folder="e")), tmp_path / "r2")
+        assert err.value.field == "weights" and field in str(err.value) and not (tmp_path / "r2").exists()
+
+    def edit(name: str, change) -> str:
+        text = (folder / name).read_text()
+        (folder / name).write_text(json.dumps(change(json.loads(text))))
+        return text
+
+    config = edit("config.json", lambda c: {**c, "model_type": "distilbert"})
+    refused(r"minilm/config.json: model_type is 'distilbert'.*expected one of 'bert', 'roberta', 'xlm-roberta'",
+            "model_type")
+    (folder / "config.json").write_text(config)
+    modules = edit("modules.json", lambda m: [*m, {"idx": 3, "name": "3", "path": "3_Dense",
+                                                   "type": "sentence_transformers.models.Dense"}])
+    refused(r"minilm/modules.json: module 3 is 'sentence_transformers.models.Dense'", "modules[3]")
+    (folder / "modules.json").write_text(modules)
+    edit("1_Pooling/config.json", lambda c: {"pooling_mode": "attention"})
+    refused(r"1_Pooling/config.json: pooling mode 'attention'.*cls, max, mean", "pooling_mode")
+    edit("1_Pooling/config.json", lambda c: {"pooling_mode": ["cls", "mean"]})
+    package_spec(load_spec(write_spec({**embed, "weights": str(folder)}, folder="e")), tmp_path / "r3")
+    (folder / "tokenizer.json").unlink()
+    refused(r"holds no tokenizer.json", "weights")

@@ -14,7 +14,8 @@ from typing import Any
 _WHERE = {
     "Ticket": "batcher", "TokenBudgetBatcher": "batcher", "Work": "batcher",
     "EmbeddingEngine": "engine", "EmbeddingInputError": "errors",
-    "check_folder": "checkpoint", "BucketCache": "graphs", "bucket_tokens": "graphs", "ResultHandle": "handles",
+    "Checkpoint": "checkpoint", "read_checkpoint": "checkpoint",
+    "BucketCache": "graphs", "bucket_tokens": "graphs", "ResultHandle": "handles",
     "classifier_scores": "options", "cosine_scores": "options", "finish_vectors": "options",
     "Packed": "packing", "length_groups": "packing", "pack": "packing",
     "encode_pairs": "tokenize", "encode_texts": "tokenize",

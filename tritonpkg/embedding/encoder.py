@@ -1,7 +1,8 @@
-"""A BERT encoder over packed tokens, built from a checkpoint's state dict (the key names of Hugging Face
-BERT checkpoints, which are stable) and its config.json. Two heads: mean pooling (sentence embeddings,
-bi-encoders) and BertForSequenceClassification's pooler + classifier over the [CLS] token (cross-encoders,
-which read a (query, document) pair as one sequence with token types 0 and 1).
+"""A BERT-family encoder (BERT, RoBERTa, XLM-RoBERTa) over packed tokens, built from a checkpoint's state
+dict (the stable key names of Hugging Face checkpoints) and its config.json. Two kinds of head: pooling as
+sentence-transformers configures it (mean, cls, max, ...; sentence embeddings, bi-encoders) and
+*ForSequenceClassification's dense + tanh + projection over the first token (cross-encoders, which read a
+(query, document) pair as one sequence; BERT marks the document with token type 1).
 
 Two attention paths: `encode` (eager, any batch) runs attention per length group, so the only padding
 is inside groups of near-equal lengths; `encode_static` takes a batch padded to a fixed token count and
@@ -14,18 +15,18 @@ float32, which keeps MiniLM's vectors within cosine 0.9999 of float32's."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Mapping
 
 import torch
 import torch.nn.functional as F
 
-from .checkpoint import is_cross_encoder
+from .checkpoint import FAMILIES, POOLING_MODES, position_offset, read_checkpoint
 from .packing import Packed, group_indices
 
 COMPUTE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-HEADS = ("mean", "classifier")
+# The classification head's (dense, projection) weight names per family.
+_CLASSIFIER_KEYS = {"bert": ("pooler.dense", "classifier"), "roberta": ("classifier.dense", "classifier.out_proj")}
 
 
 def resolve_compute_dtype(name: str, device: str = "cpu") -> str:
@@ -47,11 +48,19 @@ _ACTIVATIONS = {"gelu": F.gelu, "gelu_new": lambda x: F.gelu(x, approximate="tan
 
 
 class PackedBert(torch.nn.Module):
+    """`head`: "classifier", or the pooling: a sentence-transformers mode or a tuple of them (concatenated)."""
+
     def __init__(self, config: Mapping, state: Mapping[str, torch.Tensor], compute_dtype: str = "float32",
-                 head: str = "mean") -> None:
+                 head: str | tuple[str, ...] = "mean") -> None:
         super().__init__()
-        if head not in HEADS:
-            raise ValueError(f"head {head!r} is not supported (expected one of {', '.join(HEADS)})")
+        pooling = (head,) if isinstance(head, str) else tuple(head)
+        if head != "classifier" and (not pooling or set(pooling) - set(POOLING_MODES)):
+            raise ValueError(f"head {head!r} is not supported (expected 'classifier' or pooling modes from "
+                             f"{', '.join(POOLING_MODES)})")
+        family = FAMILIES.get(config.get("model_type", "bert"))
+        if family is None:
+            raise ValueError(f"model_type {config.get('model_type')!r} is not supported (expected one of "
+                             f"{', '.join(FAMILIES)})")
         if compute_dtype not in COMPUTE_DTYPES:
             raise ValueError(f"compute dtype {compute_dtype!r} is not supported (expected one of {', '.join(COMPUTE_DTYPES)})")
         self.compute_dtype = COMPUTE_DTYPES[compute_dtype]
@@ -59,7 +68,8 @@ class PackedBert(torch.nn.Module):
         self.heads = int(config["num_attention_heads"])
         self.head_dim = self.hidden // self.heads
         self.eps = float(config.get("layer_norm_eps", 1e-12))
-        self.max_positions = int(config.get("max_position_embeddings", 512))
+        self.position_offset = position_offset(config, family)
+        self.max_positions = int(config.get("max_position_embeddings", 512)) - self.position_offset
         act = config.get("hidden_act", "gelu")
         if act not in _ACTIVATIONS:
             raise ValueError(f"hidden_act {act!r} is not supported (expected one of {', '.join(_ACTIVATIONS)})")
@@ -86,32 +96,36 @@ class PackedBert(torch.nn.Module):
             layer.down_w, layer.down_b = mm(pre + "output.dense.weight"), mm(pre + "output.dense.bias")
             layer.ln2_w, layer.ln2_b = p(pre + "output.LayerNorm.weight"), p(pre + "output.LayerNorm.bias")
             self.layers.append(layer)
-        self.head = head
+        self.head = "classifier" if head == "classifier" else "pool"
+        self.pooling = () if head == "classifier" else pooling
         if head == "classifier":
-            missing = [k for k in ("pooler.dense.weight", "classifier.weight") if k not in state]
+            dense, projection = _CLASSIFIER_KEYS[family]
+            missing = [k for k in (f"{dense}.weight", f"{projection}.weight") if k not in state]
             if missing:
                 raise ValueError(f"the checkpoint has no {' and no '.join(missing)}: a cross-encoder needs "
-                                 "BertForSequenceClassification's pooler and classifier")
-            self.pooler_w, self.pooler_b = p("pooler.dense.weight"), p("pooler.dense.bias")
-            self.classifier_w, self.classifier_b = p("classifier.weight"), p("classifier.bias")
+                                 "the classification head of a *ForSequenceClassification checkpoint")
+            self.pooler_w, self.pooler_b = p(f"{dense}.weight"), p(f"{dense}.bias")
+            self.classifier_w, self.classifier_b = p(f"{projection}.weight"), p(f"{projection}.bias")
             self.num_labels = int(self.classifier_w.shape[0])
 
     @classmethod
-    def from_pretrained(cls, folder: str | Path, compute_dtype: str = "float32", head: str = "mean") -> "PackedBert":
-        """config.json + model.safetensors (or pytorch_model.bin) of a BERT checkpoint folder. `head="auto"`:
-        the classifier when config.json names a *ForSequenceClassification architecture, else mean pooling."""
-        folder = Path(folder)
-        config = json.loads((folder / "config.json").read_text())
+    def from_pretrained(cls, folder: str | Path, compute_dtype: str = "float32",
+                        head: str | tuple[str, ...] = "auto") -> "PackedBert":
+        """config.json + model.safetensors (or pytorch_model.bin) of a checkpoint folder. `head="auto"`: the
+        classifier when config.json names a *ForSequenceClassification architecture, else "pool"; "pool":
+        the folder's sentence-transformers pooling (mean when it has none)."""
+        checkpoint = read_checkpoint(folder)
+        folder, config = checkpoint.folder, checkpoint.config
         if head == "auto":
-            head = "classifier" if is_cross_encoder(config) else "mean"
+            head = "classifier" if checkpoint.cross_encoder else "pool"
+        if head == "pool":
+            head = checkpoint.pooling
         if (folder / "model.safetensors").is_file():
             from safetensors.torch import load_file
 
             state = load_file(str(folder / "model.safetensors"))
-        elif (folder / "pytorch_model.bin").is_file():
+        else:  # read_checkpoint found one of the two
             state = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
-        else:
-            raise FileNotFoundError(f"{folder} holds neither model.safetensors nor pytorch_model.bin")
         return cls(config, state, compute_dtype, head)
 
     @classmethod
@@ -136,7 +150,7 @@ class PackedBert(torch.nn.Module):
 
     def _embed(self, ids: torch.Tensor, positions: torch.Tensor, token_types: torch.Tensor | None) -> torch.Tensor:
         types = self.token_type[0] if token_types is None else self.token_type[token_types]
-        x = self.word[ids] + self.position[positions] + types
+        x = self.word[ids] + self.position[positions + self.position_offset] + types
         return F.layer_norm(x, (self.hidden,), self.emb_ln[0], self.emb_ln[1], self.eps)
 
     def _layers(self, x: torch.Tensor, attend) -> torch.Tensor:
@@ -196,27 +210,37 @@ class PackedBert(torch.nn.Module):
         return self._head(x, packed)
 
     def _head(self, x: torch.Tensor, packed: Packed) -> torch.Tensor:
-        n = packed.num_sequences
-        if self.head == "mean":
-            return _mean_pool(x, packed.seg, n)
-        first = (packed.positions == 0).to(x.dtype)[:, None]  # each sequence's [CLS]; a scatter, no masked select
-        cls = torch.zeros((n + 1, x.shape[1]), dtype=x.dtype, device=x.device).index_add_(0, packed.seg, x * first)[:n]
-        pooled = torch.tanh(F.linear(cls, self.pooler_w, self.pooler_b))
+        if self.head == "pool":
+            return torch.cat([_pool(mode, x, packed) for mode in self.pooling], dim=-1)
+        pooled = torch.tanh(F.linear(_pool("cls", x, packed), self.pooler_w, self.pooler_b))
         return F.linear(pooled, self.classifier_w, self.classifier_b)
 
 
-def _mean_pool(x: torch.Tensor, seg: torch.Tensor, num_sequences: int) -> torch.Tensor:
-    sums = torch.zeros((num_sequences + 1, x.shape[1]), dtype=x.dtype, device=x.device).index_add_(0, seg, x)
-    counts = torch.zeros(num_sequences + 1, dtype=x.dtype, device=x.device).index_add_(
-        0, seg, torch.ones_like(seg, dtype=x.dtype))
-    return sums[:num_sequences] / counts[:num_sequences, None].clamp_min(1.0)
+def _pool(mode: str, x: torch.Tensor, packed: Packed) -> torch.Tensor:
+    """One sentence-transformers pooling over packed tokens. Scatters into num_sequences + 1 rows (the last
+    takes a padded batch's padding), so the shapes stay those of the batch: graph-capturable."""
+    n, seg = packed.num_sequences, packed.seg
+    rows = lambda fill=0.0: torch.full((n + 1, x.shape[1]), fill, dtype=x.dtype, device=x.device)  # noqa: E731
+    if mode == "max":
+        return rows(float("-inf")).scatter_reduce_(0, seg[:, None].expand_as(x), x, "amax")[:n]
+    if mode in ("cls", "lasttoken"):  # the first / last token of each sequence, picked by a 0/1 weight
+        if mode == "cls":
+            pick = packed.positions == 0
+        else:
+            pick = torch.ones_like(seg, dtype=torch.bool)
+            pick[:-1] = seg[1:] != seg[:-1]
+        return rows().index_add_(0, seg, x * pick.to(x.dtype)[:, None])[:n]
+    weights = (packed.positions + 1).to(x.dtype) if mode == "weightedmean" else torch.ones_like(seg, dtype=x.dtype)
+    sums = rows().index_add_(0, seg, x * weights[:, None])[:n]
+    totals = torch.zeros(n + 1, dtype=x.dtype, device=x.device).index_add_(0, seg, weights)[:n, None]
+    return sums / (totals.sqrt() if mode == "mean_sqrt_len_tokens" else totals).clamp_min(1e-9)
 
 
 def _strip_prefix(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Checkpoints saved from BertFor* carry a "bert." prefix; BertModel ones carry none."""
+    """Checkpoints saved from BertFor* / RobertaFor* carry a "bert." / "roberta." prefix; *Model ones none."""
     out = {}
     for k, v in state.items():
-        for prefix in ("bert.", "model.", "0.auto_model."):
+        for prefix in ("bert.", "roberta.", "model.", "0.auto_model."):
             if k.startswith(prefix):
                 k = k[len(prefix):]
                 break

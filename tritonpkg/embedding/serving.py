@@ -14,11 +14,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from .checkpoint import read_checkpoint
 from .encoder import PackedBert, resolve_compute_dtype
 from .engine import EmbeddingEngine
 from .errors import EmbeddingInputError
 from .options import check_dimensions, classifier_scores, cosine_scores, finish_vectors
-from .tokenize import encode_pairs, encode_texts, load_tokenizer
+from .tokenize import encode_pairs, encode_texts
 
 
 def _texts(array: np.ndarray) -> list[str]:
@@ -26,7 +27,7 @@ def _texts(array: np.ndarray) -> list[str]:
 
 
 class _EngineModel:
-    head = "mean"  # PackedBert's head for this template ("auto": from the checkpoint's config.json)
+    head = "pool"  # PackedBert's head for this template ("auto": from the checkpoint's config.json)
 
     def __init__(self, pb: Any, settings: dict, args: dict) -> None:
         self.pb = pb
@@ -34,8 +35,8 @@ class _EngineModel:
         weights = settings.get("weights")
         if not weights or not os.path.isdir(weights):
             raise pb.TritonModelException(
-                f"weights folder {weights!r} not found: the spec's `weights:` must name a BERT checkpoint folder "
-                "(config.json, model.safetensors, tokenizer.json)")
+                f"weights folder {weights!r} not found: the spec's `weights:` must name a BERT, RoBERTa or "
+                "XLM-RoBERTa checkpoint folder (config.json, model.safetensors, tokenizer.json)")
         if settings.get("torch_threads"):
             torch.set_num_threads(int(settings["torch_threads"]))
         device = "cpu"
@@ -44,11 +45,12 @@ class _EngineModel:
             torch.cuda.set_device(device)
         dtype = resolve_compute_dtype(settings.get("dtype") or "float32", device)
         try:
+            checkpoint = read_checkpoint(weights)
             self.model = PackedBert.from_pretrained(weights, dtype, self.head).to(device).eval()
         except ValueError as exc:
             raise pb.TritonModelException(f"weights folder {weights}: {exc}") from None
-        self.tokenizer = load_tokenizer(os.path.join(weights, "tokenizer.json"))
-        self.max_length = min(int(settings.get("max_length") or self.model.max_positions), self.model.max_positions)
+        self.tokenizer = checkpoint.tokenizer()
+        self.max_length = checkpoint.length_limit(settings.get("max_length"))
         self.engine = EmbeddingEngine(self.model, int(settings["token_budget"]),
                                       cuda_graphs=bool(settings.get("cuda_graphs", True)))
         self.max_pending = int(settings.get("max_pending_tokens") or 2 * self.engine.token_budget)

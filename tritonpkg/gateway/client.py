@@ -17,8 +17,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from tritonpkg.embedding.checkpoint import Checkpoint, read_checkpoint
 from tritonpkg.embedding.errors import EmbeddingInputError
-from tritonpkg.embedding.tokenize import encode_texts, load_tokenizer
+from tritonpkg.embedding.tokenize import encode_texts
 from tritonpkg.errors import TritonpkgError
 from tritonpkg.gateway.admission import TokenAdmission
 from tritonpkg.gateway.chunking import plan_chunks
@@ -51,19 +52,22 @@ class Scores:
 
 
 class EmbeddingGateway:
-    def __init__(self, grpc_urls: Sequence[str], model: str, tokenizer: str | Path, *, token_budget: int = 512,
-                 max_length: int = 512, truncate: bool = True, max_inflight_tokens: int = 65536,
-                 scoring_model: str | None = None) -> None:
+    """`weights`: the model's checkpoint folder, whose tokenizer and length rules the model applies too
+    (tritonpkg.embedding.checkpoint); `max_length` None takes the checkpoint's."""
+
+    def __init__(self, grpc_urls: Sequence[str], model: str, weights: str | Path | Checkpoint, *,
+                 token_budget: int = 512, max_length: int | None = None, truncate: bool = True,
+                 max_inflight_tokens: int = 65536, scoring_model: str | None = None) -> None:
         if not grpc_urls:
             raise ValueError("the gateway needs at least one Triton gRPC endpoint")
+        checkpoint = weights if isinstance(weights, Checkpoint) else read_checkpoint(weights)
         self.urls = list(grpc_urls)
         self.model = model
         self.scoring_model = scoring_model
         self.token_budget = token_budget
-        self.max_length = max_length
+        self.max_length = checkpoint.length_limit(max_length)
         self.truncate = truncate
-        self.tokenizer = load_tokenizer(str(Path(tokenizer) / "tokenizer.json" if Path(tokenizer).is_dir()
-                                            else tokenizer))
+        self.tokenizer = checkpoint.tokenizer()
         self.admission = TokenAdmission(max_inflight_tokens)
         self._clients: list[Any] | None = None
         self._next = itertools.count()
@@ -71,19 +75,16 @@ class EmbeddingGateway:
     @classmethod
     def for_model(cls, grpc_urls: Sequence[str], version_dir: str | Path, **overrides: Any) -> "EmbeddingGateway":
         """A gateway for a model packaged from the `embedding` template: its gateway.json (written by the
-        packager) gives the tokenizer, token budget, length limit and truncation default."""
+        packager) gives the weights, token budget, length limit and truncation default."""
         path = Path(version_dir) / "gateway.json"
         if not path.is_file():
             raise TritonpkgError("no gateway.json: not a model of the `embedding` template", file=path,
                                  expected="a model packaged with python.template: embedding")
         settings = json.loads(path.read_text())
-        weights = Path(settings["weights"])
-        max_length = settings.get("max_length") or json.loads((weights / "config.json").read_text()).get(
-            "max_position_embeddings", 512)
-        kwargs = {"token_budget": settings["token_budget"], "max_length": int(max_length),
+        kwargs = {"token_budget": settings["token_budget"], "max_length": settings.get("max_length"),
                   "truncate": settings["truncate"], "max_inflight_tokens": settings.get("max_inflight_tokens", 65536),
                   **overrides}
-        return cls(grpc_urls, settings["model"], weights, **kwargs)
+        return cls(grpc_urls, settings["model"], settings["weights"], **kwargs)
 
     def _client(self) -> Any:
         if self._clients is None:  # grpc.aio channels belong to the running event loop: made on first use

@@ -194,14 +194,14 @@ def _check_weights(spec: Spec, scoring: bool) -> None:
     location = spec.weights_location()
     if location is None or "://" in location or not Path(location).is_dir():
         return
-    from tritonpkg.embedding.checkpoint import check_folder
+    from tritonpkg.embedding.checkpoint import read_checkpoint
     from tritonpkg.embedding.errors import EmbeddingInputError
 
     try:
-        check_folder(Path(location), scoring=scoring)
+        read_checkpoint(location, scoring=scoring)
     except EmbeddingInputError as exc:
-        raise SpecError(f"weights: {exc.message}", file=spec.source, field="weights",
-                        expected=exc.expected) from None
+        where = "" if exc.field in (None, "weights") else f" (field {exc.field})"
+        raise SpecError(exc.message + where, file=spec.source, field="weights", expected=exc.expected) from None
 
 
 def _ensemble_models(spec: Spec) -> list[BuiltModel]:

@@ -1,0 +1,115 @@
+"""The packed encoder follows what a checkpoint folder says about itself, checked against sentence-transformers
+and transformers on the same folders: sentence-transformers' pooling modes, its max_seq_length and
+do_lower_case, and the RoBERTa family (XLM-RoBERTa embeddings and cross-encoders)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import MINILM, make_xlm_roberta
+from tritonpkg.embedding.checkpoint import read_checkpoint
+from tritonpkg.embedding.encoder import PackedBert
+from tritonpkg.embedding.errors import EmbeddingInputError
+from tritonpkg.embedding.packing import pack
+from tritonpkg.embedding.tokenize import encode_pairs, encode_texts
+
+TEXTS = ["A short one.", "Serving embeddings at the floor needs packing without padding.",
+         "Triton and vLLM " * 12, "x"]
+LONG = "token budget " * 200  # ~400 tokens: over all-MiniLM-L6-v2's max_seq_length of 256
+
+
+def ours(folder, texts, static: bool = False) -> np.ndarray:
+    checkpoint = read_checkpoint(folder)
+    model = PackedBert.from_pretrained(folder)
+    ids = encode_texts(checkpoint.tokenizer(), texts, checkpoint.length_limit(None), truncate=True)
+    packed = pack(ids, pad_to=sum(map(len, ids)) + 5) if static else pack(ids)
+    return (model.encode_static(packed) if static else model.encode(packed)).numpy()
+
+
+def saved_sentence_transformer(folder, pooling_mode):
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+
+    model = SentenceTransformer(modules=[Transformer(str(MINILM), max_seq_length=256),
+                                         Pooling(384, pooling_mode=pooling_mode)], device="cpu")
+    model.save(str(folder))
+    return model
+
+
+@pytest.mark.parametrize("mode", ["cls", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken",
+                                  ("cls", "mean")])
+def test_pooling_follows_the_sentence_transformers_config(tmp_path, mode):
+    reference = saved_sentence_transformer(tmp_path / "st", mode)
+    assert read_checkpoint(tmp_path / "st").pooling == ((mode,) if isinstance(mode, str) else mode)
+    want = reference.encode(TEXTS, convert_to_numpy=True, normalize_embeddings=False)
+    for static in (False, True):
+        got = ours(tmp_path / "st", TEXTS, static)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, atol=2e-4, rtol=1e-4)
+    mean = ours(MINILM, TEXTS)
+    assert np.abs(mean[:, :384] - want[:, :384]).max() > 1e-2  # the mode matters at this tolerance
+
+
+def test_the_default_length_limit_is_sentence_transformers_max_seq_length():
+    from sentence_transformers import SentenceTransformer
+
+    checkpoint = read_checkpoint(MINILM)
+    assert (checkpoint.max_length, checkpoint.max_positions) == (256, 512)  # sentence_bert_config.json
+    assert checkpoint.length_limit(None) == 256 and checkpoint.length_limit(384) == 384
+    assert checkpoint.length_limit(4096) == 512
+    want = SentenceTransformer(str(MINILM), device="cpu").encode([LONG], normalize_embeddings=False)
+    got = ours(MINILM, [LONG])
+    cos = (got * want).sum() / np.linalg.norm(got) / np.linalg.norm(want)
+    assert cos > 0.9999, cos
+    with pytest.raises(EmbeddingInputError, match=r"more than the model's limit of 256"):
+        encode_texts(checkpoint.tokenizer(), [LONG], checkpoint.length_limit(None), truncate=False)
+
+
+def test_do_lower_case_lowercases_before_a_cased_tokenizer(tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    folder = tmp_path / "cased"
+    shutil.copytree(MINILM, folder)
+    tok = json.loads((folder / "tokenizer.json").read_text())
+    tok["normalizer"]["lowercase"] = False
+    (folder / "tokenizer.json").write_text(json.dumps(tok))
+    texts = ["Hello WORLD from Triton", "MiXeD CaSe"]
+    cased = read_checkpoint(folder).tokenizer()
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 256, "do_lower_case": True}))
+    lowered = read_checkpoint(folder).tokenizer()
+    want = SentenceTransformer(str(folder), device="cpu").tokenize(texts)["input_ids"]
+    want = [[int(t) for t in row if t != 0] for row in want]
+    assert encode_texts(lowered, texts, 256, True) == want
+    assert encode_texts(cased, texts, 256, True) != want
+
+
+def test_xlm_roberta_embeddings_equal_sentence_transformers(tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    folder = make_xlm_roberta(tmp_path / "xlmr")
+    checkpoint = read_checkpoint(folder)
+    assert (checkpoint.family, checkpoint.position_offset, checkpoint.max_positions) == ("roberta", 2, 512)
+    want = SentenceTransformer(str(folder), device="cpu").encode(TEXTS, normalize_embeddings=False)
+    for static in (False, True):
+        np.testing.assert_allclose(ours(folder, TEXTS, static), want, atol=2e-4, rtol=1e-4)
+
+
+def test_xlm_roberta_cross_encoder_scores_equal_sentence_transformers(tmp_path):
+    from sentence_transformers import CrossEncoder
+
+    folder = make_xlm_roberta(tmp_path / "reranker", cross_encoder=True)
+    query, docs = "what does the gateway do", TEXTS[:3] + [LONG]
+    want = CrossEncoder(str(folder), device="cpu").predict([(query, d) for d in docs])
+    checkpoint = read_checkpoint(folder, scoring=True)
+    model = PackedBert.from_pretrained(folder)
+    assert model.head == "classifier" and model.num_labels == 1
+    ids, starts = encode_pairs(checkpoint.tokenizer(), query, docs, checkpoint.length_limit(None), True)
+    assert ids[0][:1] == [101] and ids[0].count(102) == 3 and starts == [None] * len(docs)  # <s> q </s></s> d </s>
+    logits = model.encode(pack(ids, type_starts=starts))[:, 0]
+    np.testing.assert_allclose(torch.sigmoid(logits).numpy(), want, atol=1e-4)
+    assert np.ptp(want) > 1e-2
