@@ -31,24 +31,29 @@ def make_cross_encoder(folder: Path, seed: int = 0, num_labels: int = 1) -> Path
     return folder
 
 
-def make_xlm_roberta(folder: Path, seed: int = 0, cross_encoder: bool = False) -> Path:
-    """A small XLM-RoBERTa (XLMRobertaModel, or a one-label XLMRobertaForSequenceClassification) saved by
-    transformers, with a tokenizer.json that frames sequences and pairs as RoBERTa does (`<s> a </s></s> b </s>`,
-    all token types 0) over MiniLM's vocabulary. Positions start after pad_token_id = 1, as in the real
-    models, so an encoder that numbers them from 0 gives different vectors. Random, wide weights (see above)."""
+def make_xlm_roberta(folder: Path, seed: int = 0, cross_encoder: bool = False, family: str = "xlm-roberta") -> Path:
+    """A small XLM-RoBERTa (or, with family="mpnet", MPNet) saved by transformers: the base model, or a
+    one-label *ForSequenceClassification, with a tokenizer.json that frames sequences and pairs as both do
+    (`<s> a </s></s> b </s>`, all token types 0) over MiniLM's vocabulary. Positions start after the padding
+    index (1), as in the real models, so an encoder that numbers them from 0 gives different vectors.
+    Random, wide weights (see above)."""
     import json
 
     import torch
     from tokenizers import Tokenizer, processors
-    from transformers import XLMRobertaConfig, XLMRobertaForSequenceClassification, XLMRobertaModel
+    from transformers import (MPNetConfig, MPNetForSequenceClassification, MPNetModel, XLMRobertaConfig,
+                              XLMRobertaForSequenceClassification, XLMRobertaModel)
 
     torch.manual_seed(seed)
-    config = XLMRobertaConfig(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                              intermediate_size=128, max_position_embeddings=514, type_vocab_size=1,
-                              pad_token_id=1, bos_token_id=101, eos_token_id=102, num_labels=1,
-                              layer_norm_eps=1e-5, initializer_range=0.3)
-    model = XLMRobertaForSequenceClassification(config) if cross_encoder else XLMRobertaModel(config)
-    model.eval().save_pretrained(folder)
+    shape = dict(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                 intermediate_size=128, max_position_embeddings=514, pad_token_id=1, bos_token_id=101,
+                 eos_token_id=102, num_labels=1, layer_norm_eps=1e-5, initializer_range=0.3)
+    if family == "mpnet":
+        config, classes = MPNetConfig(**shape), (MPNetModel, MPNetForSequenceClassification)
+    else:
+        config, classes = XLMRobertaConfig(type_vocab_size=1, **shape), (XLMRobertaModel,
+                                                                          XLMRobertaForSequenceClassification)
+    classes[cross_encoder](config).eval().save_pretrained(folder)
     tok = Tokenizer.from_file(str(MINILM / "tokenizer.json"))
     tok.post_processor = processors.RobertaProcessing(("[SEP]", 102), ("[CLS]", 101))
     tok.no_padding()

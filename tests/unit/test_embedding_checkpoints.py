@@ -88,21 +88,24 @@ def test_do_lower_case_lowercases_before_a_cased_tokenizer(tmp_path):
     assert encode_texts(cased, texts, 256, True) != want
 
 
-def test_xlm_roberta_embeddings_equal_sentence_transformers(tmp_path):
+@pytest.mark.parametrize("family", ["xlm-roberta", "mpnet"])
+def test_roberta_and_mpnet_embeddings_equal_sentence_transformers(tmp_path, family):
     from sentence_transformers import SentenceTransformer
 
-    folder = make_xlm_roberta(tmp_path / "xlmr")
+    folder = make_xlm_roberta(tmp_path / family, family=family)
     checkpoint = read_checkpoint(folder)
-    assert (checkpoint.family, checkpoint.position_offset, checkpoint.max_positions) == ("roberta", 2, 512)
-    want = SentenceTransformer(str(folder), device="cpu").encode(TEXTS, normalize_embeddings=False)
+    assert (checkpoint.position_offset, checkpoint.max_positions) == (2, 512)
+    texts = TEXTS + [LONG[:1200]]  # MPNet's distances past 128 share its last bucket
+    want = SentenceTransformer(str(folder), device="cpu").encode(texts, normalize_embeddings=False)
     for static in (False, True):
-        np.testing.assert_allclose(ours(folder, TEXTS, static), want, atol=2e-4, rtol=1e-4)
+        np.testing.assert_allclose(ours(folder, texts, static), want, atol=2e-4, rtol=1e-4)
 
 
-def test_xlm_roberta_cross_encoder_scores_equal_sentence_transformers(tmp_path):
+@pytest.mark.parametrize("family", ["xlm-roberta", "mpnet"])
+def test_roberta_and_mpnet_cross_encoder_scores_equal_sentence_transformers(tmp_path, family):
     from sentence_transformers import CrossEncoder
 
-    folder = make_xlm_roberta(tmp_path / "reranker", cross_encoder=True)
+    folder = make_xlm_roberta(tmp_path / "reranker", cross_encoder=True, family=family)
     query, docs = "what does the gateway do", TEXTS[:3] + [LONG]
     want = CrossEncoder(str(folder), device="cpu").predict([(query, d) for d in docs])
     checkpoint = read_checkpoint(folder, scoring=True)

@@ -18,13 +18,13 @@ from .errors import EmbeddingInputError
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 # model_type -> encoder family; RoBERTa's positions start after its padding index.
-FAMILIES = {"bert": "bert", "roberta": "roberta", "xlm-roberta": "roberta"}
+FAMILIES = {"bert": "bert", "roberta": "roberta", "xlm-roberta": "roberta", "mpnet": "mpnet"}
 # sentence-transformers' pooling modes, in the order its legacy boolean keys concatenate them.
 POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 _LEGACY_POOLING = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max",
                    "pooling_mode_mean_tokens": "mean", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
                    "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
-_EXPECTED = ("a BERT, RoBERTa or XLM-RoBERTa checkpoint folder: config.json, model.safetensors or "
+_EXPECTED = ("a BERT, RoBERTa, XLM-RoBERTa or MPNet checkpoint folder: config.json, model.safetensors or "
              "pytorch_model.bin, tokenizer.json")
 
 
@@ -106,8 +106,8 @@ def read_checkpoint(folder: str | Path, *, scoring: bool = False) -> Checkpoint:
 
 
 def position_offset(config: Mapping, family: str) -> int:
-    """RoBERTa numbers positions from padding_idx + 1; BERT from 0."""
-    return int(config.get("pad_token_id", 1)) + 1 if family == "roberta" else 0
+    """RoBERTa numbers positions from padding_idx + 1, MPNet from 2 (its padding_idx is fixed at 1); BERT from 0."""
+    return {"roberta": int(config.get("pad_token_id", 1)) + 1, "mpnet": 2}.get(family, 0)
 
 
 def _positions(config: Mapping, family: str) -> int:

@@ -1,4 +1,5 @@
-"""A BERT-family encoder (BERT, RoBERTa, XLM-RoBERTa) over packed tokens, built from a checkpoint's state
+"""A BERT-family encoder (BERT, RoBERTa, XLM-RoBERTa; MPNet, whose attention adds a learned bias per
+relative distance) over packed tokens, built from a checkpoint's state
 dict (the stable key names of Hugging Face checkpoints) and its config.json. Two kinds of head: pooling as
 sentence-transformers configures it (mean, cls, max, ...; sentence embeddings, bi-encoders) and
 *ForSequenceClassification's dense + tanh + projection over the first token (cross-encoders, which read a
@@ -15,6 +16,7 @@ float32, which keeps MiniLM's vectors within cosine 0.9999 of float32's."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Mapping
 
@@ -25,8 +27,15 @@ from .checkpoint import FAMILIES, POOLING_MODES, position_offset, read_checkpoin
 from .packing import Packed, group_indices
 
 COMPUTE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-# The classification head's (dense, projection) weight names per family.
-_CLASSIFIER_KEYS = {"bert": ("pooler.dense", "classifier"), "roberta": ("classifier.dense", "classifier.out_proj")}
+# Per family: the state-dict names of one layer's weights, and of the classification head's (dense, projection).
+_BERT_LAYER = {"q": "attention.self.query", "k": "attention.self.key", "v": "attention.self.value",
+               "out": "attention.output.dense", "ln1": "attention.output.LayerNorm", "up": "intermediate.dense",
+               "down": "output.dense", "ln2": "output.LayerNorm"}
+_LAYER_KEYS = {"bert": _BERT_LAYER, "roberta": _BERT_LAYER,
+               "mpnet": {**_BERT_LAYER, "q": "attention.attn.q", "k": "attention.attn.k", "v": "attention.attn.v",
+                         "out": "attention.attn.o", "ln1": "attention.LayerNorm"}}
+_CLASSIFIER_KEYS = {"bert": ("pooler.dense", "classifier"), "roberta": ("classifier.dense", "classifier.out_proj"),
+                    "mpnet": ("classifier.dense", "classifier.out_proj")}
 
 
 def resolve_compute_dtype(name: str, device: str = "cpu") -> str:
@@ -81,20 +90,24 @@ class PackedBert(torch.nn.Module):
         mm = lambda k: param(state[k], self.compute_dtype)  # noqa: E731
         self.word = p("embeddings.word_embeddings.weight")
         self.position = p("embeddings.position_embeddings.weight")
-        self.token_type = p("embeddings.token_type_embeddings.weight")
+        types = state.get("embeddings.token_type_embeddings.weight")  # MPNet has none
+        self.token_type = None if types is None else param(types)
         self.emb_ln = torch.nn.ParameterList([p("embeddings.LayerNorm.weight"), p("embeddings.LayerNorm.bias")])
+        # MPNet adds a learned bias per head and bucketed relative distance to every layer's attention scores
+        bias = state.get("encoder.relative_attention_bias.weight")
+        self.relative_bias = None if bias is None else param(bias)  # [buckets, heads]
+        keys = _LAYER_KEYS[family]
         self.layers = torch.nn.ModuleList()
         for i in range(int(config["num_hidden_layers"])):
-            pre = f"encoder.layer.{i}."
+            name = lambda role, part: f"encoder.layer.{i}.{keys[role]}.{part}"  # noqa: E731
+            qkv = lambda part: torch.cat([state[name(r, part)] for r in "qkv"])  # noqa: E731
             layer = torch.nn.Module()
-            att = pre + "attention.self."
-            qkv = lambda part: torch.cat([state[f"{att}{n}.{part}"] for n in ("query", "key", "value")])  # noqa: E731
             layer.qkv_w, layer.qkv_b = param(qkv("weight"), self.compute_dtype), param(qkv("bias"), self.compute_dtype)
-            layer.out_w, layer.out_b = mm(pre + "attention.output.dense.weight"), mm(pre + "attention.output.dense.bias")
-            layer.ln1_w, layer.ln1_b = p(pre + "attention.output.LayerNorm.weight"), p(pre + "attention.output.LayerNorm.bias")
-            layer.up_w, layer.up_b = mm(pre + "intermediate.dense.weight"), mm(pre + "intermediate.dense.bias")
-            layer.down_w, layer.down_b = mm(pre + "output.dense.weight"), mm(pre + "output.dense.bias")
-            layer.ln2_w, layer.ln2_b = p(pre + "output.LayerNorm.weight"), p(pre + "output.LayerNorm.bias")
+            layer.out_w, layer.out_b = mm(name("out", "weight")), mm(name("out", "bias"))
+            layer.ln1_w, layer.ln1_b = p(name("ln1", "weight")), p(name("ln1", "bias"))
+            layer.up_w, layer.up_b = mm(name("up", "weight")), mm(name("up", "bias"))
+            layer.down_w, layer.down_b = mm(name("down", "weight")), mm(name("down", "bias"))
+            layer.ln2_w, layer.ln2_b = p(name("ln2", "weight")), p(name("ln2", "bias"))
             self.layers.append(layer)
         self.head = "classifier" if head == "classifier" else "pool"
         self.pooling = () if head == "classifier" else pooling
@@ -149,8 +162,9 @@ class PackedBert(torch.nn.Module):
         return cls(config, state)
 
     def _embed(self, ids: torch.Tensor, positions: torch.Tensor, token_types: torch.Tensor | None) -> torch.Tensor:
-        types = self.token_type[0] if token_types is None else self.token_type[token_types]
-        x = self.word[ids] + self.position[positions + self.position_offset] + types
+        x = self.word[ids] + self.position[positions + self.position_offset]
+        if self.token_type is not None:
+            x = x + (self.token_type[0] if token_types is None else self.token_type[token_types])
         return F.layer_norm(x, (self.hidden,), self.emb_ln[0], self.emb_ln[1], self.eps)
 
     def _layers(self, x: torch.Tensor, attend) -> torch.Tensor:
@@ -167,6 +181,15 @@ class PackedBert(torch.nn.Module):
     def _split_heads(self, t: torch.Tensor) -> torch.Tensor:  # [..., L, H] -> [..., heads, L, d]
         return t.unflatten(-1, (self.heads, self.head_dim)).transpose(-3, -2)
 
+    def _scores_mask(self, positions: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor | None:
+        """SDPA's attn_mask over [..., L, L]: `allowed` (bool, broadcastable) alone, or with MPNet the relative
+        bias [heads, L, L] of `positions`, with -inf where not allowed."""
+        if self.relative_bias is None:
+            return allowed
+        buckets = _relative_buckets(positions[None, :] - positions[:, None])
+        bias = self.relative_bias[buckets].permute(2, 0, 1).to(self.compute_dtype)
+        return bias if allowed is None else bias.masked_fill(~allowed, float("-inf"))
+
     @torch.inference_mode()
     def encode(self, packed: Packed) -> torch.Tensor:
         """The head's [num_sequences, hidden or num_labels] of an unpadded packed batch (eager)."""
@@ -174,19 +197,24 @@ class PackedBert(torch.nn.Module):
         packed = packed.to(device)
         groups = group_indices(packed.lengths, device=device)
         h = self.hidden
+        masks = []  # per group, made once for all layers
+        for g in groups:
+            width = g.span[2] if g.span is not None else g.valid.shape[1]
+            allowed = None if g.span is not None or bool(g.valid.all()) else g.valid[:, None, None, :]
+            masks.append(self._scores_mask(torch.arange(width, device=device), allowed))
 
         def attend(qkv: torch.Tensor) -> torch.Tensor:
             out = torch.empty((qkv.shape[0], h), dtype=qkv.dtype, device=device)
-            for g in groups:
+            for g, mask in zip(groups, masks):
                 if g.span is not None:  # equal lengths side by side: a view, no copies
                     start, count, width = g.span
                     rows = qkv[start:start + count * width].view(count, width, 3 * h)
-                    o = F.scaled_dot_product_attention(*(self._split_heads(t) for t in rows.split(h, dim=-1)))
+                    o = F.scaled_dot_product_attention(*(self._split_heads(t) for t in rows.split(h, dim=-1)),
+                                                       attn_mask=mask)
                     out[start:start + count * width] = o.transpose(1, 2).reshape(count * width, h)
                     continue
                 rows = qkv[g.gather]  # [G, L, 3H]
                 q, k, v = (self._split_heads(t) for t in rows.split(h, dim=-1))
-                mask = None if bool(g.valid.all()) else g.valid[:, None, None, :]
                 o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
                 out[g.tokens] = o.transpose(1, 2).flatten(-2)[g.valid]
             return out
@@ -199,7 +227,7 @@ class PackedBert(torch.nn.Module):
         """`encode` of a batch padded to a fixed token count (padding tokens carry seg == num_sequences),
         with a block-diagonal mask: shapes depend only on (num_sequences, num_tokens), graph-capturable."""
         seg = packed.seg
-        mask = (seg[:, None] == seg[None, :])[None, None]
+        mask = self._scores_mask(packed.positions, (seg[:, None] == seg[None, :])[None])[None]
 
         def attend(qkv: torch.Tensor) -> torch.Tensor:
             q, k, v = (self._split_heads(t[None]) for t in qkv.split(self.hidden, dim=-1))
@@ -214,6 +242,18 @@ class PackedBert(torch.nn.Module):
             return torch.cat([_pool(mode, x, packed) for mode in self.pooling], dim=-1)
         pooled = torch.tanh(F.linear(_pool("cls", x, packed), self.pooler_w, self.pooler_b))
         return F.linear(pooled, self.classifier_w, self.classifier_b)
+
+
+def _relative_buckets(distance: torch.Tensor, buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
+    """MPNet's bucket of each key - query distance: half the buckets per direction, exact below a quarter
+    of them, logarithmic up to `max_distance`. transformers always uses 32 buckets, whatever the config says."""
+    half = buckets // 2
+    n = -distance
+    direction = (n < 0).long() * half
+    n = n.abs()
+    exact = half // 2
+    far = exact + (torch.log(n.float().clamp_min(1) / exact) / math.log(max_distance / exact) * (half - exact)).long()
+    return direction + torch.where(n < exact, n, far.clamp_max(half - 1))
 
 
 def _pool(mode: str, x: torch.Tensor, packed: Packed) -> torch.Tensor:
@@ -237,10 +277,10 @@ def _pool(mode: str, x: torch.Tensor, packed: Packed) -> torch.Tensor:
 
 
 def _strip_prefix(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Checkpoints saved from BertFor* / RobertaFor* carry a "bert." / "roberta." prefix; *Model ones none."""
+    """Checkpoints saved from *For* classes carry their base model's prefix ("bert.", ...); *Model ones none."""
     out = {}
     for k, v in state.items():
-        for prefix in ("bert.", "roberta.", "model.", "0.auto_model."):
+        for prefix in ("bert.", "roberta.", "mpnet.", "model.", "0.auto_model."):
             if k.startswith(prefix):
                 k = k[len(prefix):]
                 break

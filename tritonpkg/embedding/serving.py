@@ -35,8 +35,8 @@ class _EngineModel:
         weights = settings.get("weights")
         if not weights or not os.path.isdir(weights):
             raise pb.TritonModelException(
-                f"weights folder {weights!r} not found: the spec's `weights:` must name a BERT, RoBERTa or "
-                "XLM-RoBERTa checkpoint folder (config.json, model.safetensors, tokenizer.json)")
+                f"weights folder {weights!r} not found: the spec's `weights:` must name a BERT, RoBERTa, "
+                "XLM-RoBERTa or MPNet checkpoint folder (config.json, model.safetensors, tokenizer.json)")
         if settings.get("torch_threads"):
             torch.set_num_threads(int(settings["torch_threads"]))
         device = "cpu"
