@@ -55,6 +55,49 @@ def test_pooling_follows_the_sentence_transformers_config(tmp_path, mode):
     assert np.abs(mean[:, :384] - want[:, :384]).max() > 1e-2  # the mode matters at this tolerance
 
 
+@pytest.mark.parametrize("activation,bias", [(torch.nn.Tanh(), True), (torch.nn.Identity(), False)])
+def test_dense_layers_after_the_pooling_run_as_sentence_transformers_runs_them(tmp_path, activation, bias):
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling, Transformer
+
+    torch.manual_seed(0)
+    reference = SentenceTransformer(modules=[
+        Transformer(str(MINILM), max_seq_length=256), Pooling(384, pooling_mode=("cls", "mean")),
+        Dense(768, 128, bias=bias, activation_function=activation), Dense(128, 64), Normalize()], device="cpu")
+    reference.save(str(tmp_path / "dense"))
+    checkpoint = read_checkpoint(tmp_path / "dense")
+    assert [(d.in_features, d.out_features) for d in checkpoint.dense] == [(768, 128), (128, 64)]
+    assert PackedBert.from_pretrained(tmp_path / "dense").out_dim == 64
+    want = reference.encode(TEXTS, normalize_embeddings=False)
+    for static in (False, True):
+        got = ours(tmp_path / "dense", TEXTS, static)
+        got /= np.linalg.norm(got, axis=1, keepdims=True)  # the template's NORMALIZE, here by hand
+        np.testing.assert_allclose(got, want, atol=2e-5)
+
+
+def test_modules_the_encoder_cannot_run_are_refused_by_name(tmp_path):
+    folder = tmp_path / "st"
+    shutil.copytree(MINILM, folder)
+    modules = json.loads((folder / "modules.json").read_text())
+    (folder / "2_Dense").mkdir()
+    (folder / "2_Dense" / "config.json").write_text(json.dumps({"in_features": 384, "out_features": 8,
+                                                                "use_residual": True}))
+    torch.save({"linear.weight": torch.zeros(8, 384)}, folder / "2_Dense" / "pytorch_model.bin")
+    dense = {"idx": 3, "name": "3", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}
+    (folder / "modules.json").write_text(json.dumps(modules[:2] + [dense]))
+    with pytest.raises(EmbeddingInputError, match=r"2_Dense/config.json: a residual") as err:
+        read_checkpoint(folder)
+    assert err.value.field == "use_residual"
+    (folder / "modules.json").write_text(json.dumps(modules + [dense]))  # after Normalize
+    with pytest.raises(EmbeddingInputError, match=r"module 3 is 'sentence_transformers.models.Dense'") as err:
+        read_checkpoint(folder)
+    assert err.value.field == "modules[3]"
+    lstm = {"idx": 1, "name": "1", "path": "1_LSTM", "type": "sentence_transformers.models.LSTM"}
+    (folder / "modules.json").write_text(json.dumps([modules[0], lstm, modules[1]]))
+    with pytest.raises(EmbeddingInputError, match=r"module 1 is 'sentence_transformers.models.LSTM' at '1_LSTM'"):
+        read_checkpoint(folder)
+
+
 def test_the_default_length_limit_is_sentence_transformers_max_seq_length():
     from sentence_transformers import SentenceTransformer
 

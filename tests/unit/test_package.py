@@ -264,9 +264,9 @@ def test_embedding_templates_refuse_weights_their_engine_cannot_load(write_spec,
     refused(r"minilm/config.json: model_type is 'distilbert'.*expected one of 'bert', 'roberta', 'xlm-roberta'",
             "model_type")
     (folder / "config.json").write_text(config)
-    modules = edit("modules.json", lambda m: [*m, {"idx": 3, "name": "3", "path": "3_Dense",
-                                                   "type": "sentence_transformers.models.Dense"}])
-    refused(r"minilm/modules.json: module 3 is 'sentence_transformers.models.Dense'", "modules[3]")
+    modules = edit("modules.json", lambda m: [*m, {"idx": 3, "name": "3", "path": "3_LSTM",
+                                                   "type": "sentence_transformers.models.LSTM"}])
+    refused(r"minilm/modules.json: module 3 is 'sentence_transformers.models.LSTM'", "modules[3]")
     (folder / "modules.json").write_text(modules)
     edit("1_Pooling/config.json", lambda c: {"pooling_mode": "attention"})
     refused(r"1_Pooling/config.json: pooling mode 'attention'.*cls, max, mean", "pooling_mode")

@@ -37,15 +37,32 @@ def num_labels(config: Mapping) -> int:
 
 
 @dataclass(frozen=True)
+class Dense:
+    """A sentence-transformers Dense module: activation(linear(v)) on the pooled vector."""
+
+    folder: Path  # its weights (model.safetensors or pytorch_model.bin: linear.weight, linear.bias)
+    in_features: int
+    out_features: int
+    activation: str  # a value of DENSE_ACTIVATIONS
+
+
+# Dense activations the encoder runs, by the torch class sentence-transformers names in the module's config
+DENSE_ACTIVATIONS = {"torch.nn.modules.activation.Tanh": "tanh", "torch.nn.modules.linear.Identity": "identity",
+                     "torch.nn.modules.activation.ReLU": "relu", "torch.nn.modules.activation.GELU": "gelu",
+                     "torch.nn.modules.activation.Sigmoid": "sigmoid"}
+
+
+@dataclass(frozen=True)
 class Checkpoint:
     """A checkpoint folder the packed encoder can serve, and how its inputs and vectors are made."""
 
     folder: Path
     config: dict
-    family: str  # "bert" | "roberta"
+    family: str  # "bert" | "roberta" | "mpnet"
     pooling: tuple[str, ...]  # sentence-transformers' modes, concatenated in this order
     max_length: int  # the default length limit: sentence-transformers' max_seq_length rule
     lower_case: bool  # sentence_bert_config.json's do_lower_case
+    dense: tuple[Dense, ...] = ()  # sentence-transformers Dense layers after the pooling, in order
 
     @property
     def cross_encoder(self) -> bool:
@@ -94,7 +111,7 @@ def read_checkpoint(folder: str | Path, *, scoring: bool = False) -> Checkpoint:
     if scoring and is_cross_encoder(config) and num_labels(config) != 1:
         raise EmbeddingInputError(f"{config_file}: the classifier has {num_labels(config)} labels", field="id2label",
                                   expected="1 label: a relevance cross-encoder gives one score per document")
-    pooling = ("mean",) if is_cross_encoder(config) else _pooling(folder)
+    pooling, dense = (("mean",), ()) if is_cross_encoder(config) else _modules(folder)
     st = _json(folder / "sentence_bert_config.json") if (folder / "sentence_bert_config.json").is_file() else {}
     length = st.get("max_seq_length") or _tokenizer_max_length(folder)
     limit = _positions(config, family)
@@ -102,7 +119,7 @@ def read_checkpoint(folder: str | Path, *, scoring: bool = False) -> Checkpoint:
         raise EmbeddingInputError(f"{config_file}: max_position_embeddings leaves {limit} positions",
                                   field="max_position_embeddings", expected="at least 1 usable position")
     return Checkpoint(folder, config, family, pooling, min(int(length or limit), limit),
-                      bool(st.get("do_lower_case", False)))
+                      bool(st.get("do_lower_case", False)), dense)
 
 
 def position_offset(config: Mapping, family: str) -> int:
@@ -114,27 +131,48 @@ def _positions(config: Mapping, family: str) -> int:
     return int(config.get("max_position_embeddings", 512)) - position_offset(config, family)
 
 
-def _pooling(folder: Path) -> tuple[str, ...]:
-    """The pooling of a sentence-transformers folder (modules.json); mean for a plain transformer folder,
-    as sentence-transformers itself assumes. A module the encoder cannot run is refused by name."""
+def _modules(folder: Path) -> tuple[tuple[str, ...], tuple[Dense, ...]]:
+    """The pooling and Dense layers of a sentence-transformers folder (modules.json); mean pooling for a plain
+    transformers folder, as sentence-transformers itself assumes. A module the encoder cannot run is refused."""
     modules_file = folder / "modules.json"
     if not modules_file.is_file():
-        return ("mean",)
-    modules = _json(modules_file)
+        return ("mean",), ()
     pooling: tuple[str, ...] = ("mean",)
-    for i, module in enumerate(modules):
-        kind = str(module.get("type", ""))
-        name = kind.rsplit(".", 1)[-1]  # sentence-transformers moved its modules between packages over releases
-        if name == "Pooling" and kind.startswith("sentence_transformers."):
-            pooling = _pooling_modes(folder / str(module.get("path", "")) / "config.json")
-        elif not (kind.startswith("sentence_transformers.") and (name == "Normalize" or (
-                name == "Transformer" and not module.get("path")))):
-            where = f" at {module['path']!r}" if name == "Transformer" else ""
-            raise EmbeddingInputError(
-                f"{modules_file}: module {i} is {kind!r}{where}", field=f"modules[{i}]",
-                expected="a Transformer at the folder's top, then Pooling and optionally Normalize (other "
-                         "sentence-transformers modules, e.g. Dense, are not run by the packed encoder)")
-    return pooling
+    dense: list[Dense] = []
+    normalized = False  # the engine normalizes last (NORMALIZE): a Dense after a Normalize would be refused
+    expected = "a Transformer at the folder's top, then Pooling, Dense layers and Normalize"
+    for i, module in enumerate(_json(modules_file)):
+        kind, path = str(module.get("type", "")), str(module.get("path", ""))
+        name = kind.rsplit(".", 1)[-1] if kind.startswith("sentence_transformers.") else kind
+        # sentence-transformers moved its modules between packages over releases: the class name decides
+        if name == "Pooling" and not dense:
+            pooling = _pooling_modes(folder / path / "config.json")
+        elif name == "Dense" and not normalized:
+            dense.append(_dense(folder / path, f"modules[{i}]"))
+        elif name == "Normalize":
+            normalized = True
+        elif not (name == "Transformer" and i == 0 and not path):
+            where = f" at {path!r}" if path else ""
+            raise EmbeddingInputError(f"{modules_file}: module {i} is {kind!r}{where}", field=f"modules[{i}]",
+                                      expected=f"{expected} (other sentence-transformers modules are not run by "
+                                               "the packed encoder)")
+    return pooling, tuple(dense)
+
+
+def _dense(folder: Path, field: str) -> Dense:
+    config_file = folder / "config.json"
+    config = _json(config_file) if config_file.is_file() else None
+    if config is None or not any((folder / n).is_file() for n in WEIGHT_FILES):
+        raise EmbeddingInputError(f"{folder} holds no config.json or no {' or '.join(WEIGHT_FILES)}", field=field,
+                                  expected="a Dense module folder as sentence-transformers saves it")
+    activation = config.get("activation_function", "torch.nn.modules.activation.Tanh")
+    if activation not in DENSE_ACTIVATIONS:
+        raise EmbeddingInputError(f"{config_file}: activation_function {activation!r}", field="activation_function",
+                                  expected=f"one of {', '.join(DENSE_ACTIVATIONS)}")
+    if config.get("use_residual") or config.get("module_input_name", "sentence_embedding") != "sentence_embedding":
+        raise EmbeddingInputError(f"{config_file}: a residual or a non-default input", field="use_residual",
+                                  expected="a plain Dense layer on the sentence embedding")
+    return Dense(folder, int(config["in_features"]), int(config["out_features"]), DENSE_ACTIVATIONS[activation])
 
 
 def _pooling_modes(path: Path) -> tuple[str, ...]:

@@ -54,6 +54,8 @@ def resolve_compute_dtype(name: str, device: str = "cpu") -> str:
 
 
 _ACTIVATIONS = {"gelu": F.gelu, "gelu_new": lambda x: F.gelu(x, approximate="tanh"), "relu": F.relu}
+_DENSE_ACTIVATIONS = {"tanh": torch.tanh, "identity": lambda v: v, "relu": F.relu, "gelu": F.gelu,
+                      "sigmoid": torch.sigmoid}
 
 
 class PackedBert(torch.nn.Module):
@@ -111,6 +113,8 @@ class PackedBert(torch.nn.Module):
             self.layers.append(layer)
         self.head = "classifier" if head == "classifier" else "pool"
         self.pooling = () if head == "classifier" else pooling
+        self.dense = torch.nn.ModuleList()  # add_dense
+        self.dense_activations: list[str] = []
         if head == "classifier":
             dense, projection = _CLASSIFIER_KEYS[family]
             missing = [k for k in (f"{dense}.weight", f"{projection}.weight") if k not in state]
@@ -131,15 +135,30 @@ class PackedBert(torch.nn.Module):
         folder, config = checkpoint.folder, checkpoint.config
         if head == "auto":
             head = "classifier" if checkpoint.cross_encoder else "pool"
+        dense = ()
         if head == "pool":
-            head = checkpoint.pooling
-        if (folder / "model.safetensors").is_file():
-            from safetensors.torch import load_file
+            head, dense = checkpoint.pooling, checkpoint.dense
+        model = cls(config, _load_state(folder), compute_dtype, head)
+        for layer in dense:
+            model.add_dense(_load_state(layer.folder), layer.activation)
+        return model
 
-            state = load_file(str(folder / "model.safetensors"))
-        else:  # read_checkpoint found one of the two
-            state = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
-        return cls(config, state, compute_dtype, head)
+    def add_dense(self, state: Mapping[str, torch.Tensor], activation: str) -> None:
+        """A sentence-transformers Dense layer after the pooling: activation(linear.weight @ v + linear.bias)."""
+        weight = state["linear.weight"].detach().float()
+        if weight.shape[1] != self.out_dim:
+            raise ValueError(f"a Dense layer takes {weight.shape[1]} features but the pooling gives {self.out_dim}")
+        bias = state.get("linear.bias")
+        self.dense.append(torch.nn.ParameterList([torch.nn.Parameter(t, requires_grad=False) for t in (
+            weight, torch.zeros(weight.shape[0]) if bias is None else bias.detach().float())]))
+        self.dense_activations.append(activation)
+
+    @property
+    def out_dim(self) -> int:
+        """The size of the head's output: the vector (after any Dense layers) or the classifier's labels."""
+        if self.head == "classifier":
+            return self.num_labels
+        return self.dense[-1][0].shape[0] if len(self.dense) else self.hidden * len(self.pooling)
 
     @classmethod
     def random(cls, config: Mapping, seed: int = 0) -> "PackedBert":
@@ -239,7 +258,10 @@ class PackedBert(torch.nn.Module):
 
     def _head(self, x: torch.Tensor, packed: Packed) -> torch.Tensor:
         if self.head == "pool":
-            return torch.cat([_pool(mode, x, packed) for mode in self.pooling], dim=-1)
+            v = torch.cat([_pool(mode, x, packed) for mode in self.pooling], dim=-1)
+            for (weight, bias), activation in zip(self.dense, self.dense_activations):
+                v = _DENSE_ACTIVATIONS[activation](F.linear(v, weight, bias))
+            return v
         pooled = torch.tanh(F.linear(_pool("cls", x, packed), self.pooler_w, self.pooler_b))
         return F.linear(pooled, self.classifier_w, self.classifier_b)
 
@@ -274,6 +296,15 @@ def _pool(mode: str, x: torch.Tensor, packed: Packed) -> torch.Tensor:
     sums = rows().index_add_(0, seg, x * weights[:, None])[:n]
     totals = torch.zeros(n + 1, dtype=x.dtype, device=x.device).index_add_(0, seg, weights)[:n, None]
     return sums / (totals.sqrt() if mode == "mean_sqrt_len_tokens" else totals).clamp_min(1e-9)
+
+
+def _load_state(folder: Path) -> dict[str, torch.Tensor]:
+    """model.safetensors, else pytorch_model.bin (read_checkpoint found one of the two)."""
+    if (folder / "model.safetensors").is_file():
+        from safetensors.torch import load_file
+
+        return load_file(str(folder / "model.safetensors"))
+    return torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
 
 
 def _strip_prefix(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

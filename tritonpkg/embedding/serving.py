@@ -108,7 +108,7 @@ class EmbeddingModel(_EngineModel):
         normalize = bool(self.option(request, "NORMALIZE", self.settings["normalize"]))
         truncate = bool(self.option(request, "TRUNCATE", self.settings["truncate"]))
         dims = self.option(request, "DIMENSIONS", 0) or None
-        dims = check_dimensions(dims, self.model.hidden, self.settings.get("matryoshka_dimensions") or [])
+        dims = check_dimensions(dims, self.model.out_dim, self.settings.get("matryoshka_dimensions") or [])
         seqs = self._sequences(request, truncate)
         counts = np.array([len(s) for s in seqs], dtype=np.int64)
         self.reply_when_done(sender, seqs, lambda values: {
