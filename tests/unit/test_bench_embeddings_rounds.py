@@ -4,6 +4,7 @@ a failing system is reported in its row and sits out the rest, a system without 
 from __future__ import annotations
 
 import asyncio
+import time
 
 from tritonpkg.benchmarks.embeddings import Scenario, System, measure
 
@@ -32,6 +33,16 @@ def test_rounds_alternate_the_leader_and_every_call_is_counted():
     assert [r.system for r in rows] == ["a", "b"]
     assert all(r.values["req_per_s"] > 0 and r.values["p50_ms"] >= 0 for r in rows)
     assert a.calls == b.calls == 1 + 4 * 2 * 3
+
+
+def test_each_round_starts_after_the_settle_pause():
+    log: list[str] = []
+    a, b = Recorder("a", log), Recorder("b", log)
+    scenario = Scenario("s", lambda s, i: s.embed(["x"]), rounds=3)
+    start = time.perf_counter()
+    asyncio.run(measure(scenario, [a, b], lambda m: None, settle=0.05))
+    assert time.perf_counter() - start >= 6 * 0.05  # 3 rounds x 2 systems
+    assert a.calls == b.calls == 4
 
 
 def test_a_failing_system_is_reported_and_sits_out_and_scoring_needs_a_route():

@@ -42,6 +42,9 @@ class Settings:
     systems: tuple[str, ...] = ("tritonpkg", "floor", "vllm", "infinity")
     log: Callable[[str], None] = print
     dtype: str = "float32"  # every system computes in it: float32 or bfloat16
+    # idle seconds before each system's round: vLLM's shared-memory readers spin (sched_yield) for ~1 s after
+    # their last message, which on a small machine slows whichever system runs next
+    settle: float = 1.2
 
     def count(self, what: str) -> int:
         """How many requests (or rounds) a scenario makes: (quick, full)."""
@@ -309,9 +312,10 @@ def scenarios(settings: Settings) -> list[Scenario]:
     return out
 
 
-async def measure(scenario: Scenario, systems: list[System], log: Callable[[str], None]) -> list[Row]:
-    """The scenario's rounds over every system that can run it. A system that fails is reported in its
-    row and sits out the rest of this scenario."""
+async def measure(scenario: Scenario, systems: list[System], log: Callable[[str], None],
+                  settle: float = 0.0) -> list[Row]:
+    """The scenario's rounds over every system that can run it, `settle` idle seconds before each system's
+    round. A system that fails is reported in its row and sits out the rest of this scenario."""
     if scenario.call is None:
         return [Row(scenario.name, s.name, note=scenario.note) for s in systems]
     call = scenario.call
@@ -328,6 +332,7 @@ async def measure(scenario: Scenario, systems: list[System], log: Callable[[str]
         for s in (able if r % 2 == 0 else able[::-1]):
             if s.name in failed:
                 continue
+            await asyncio.sleep(settle)
             try:
                 wall, lat = await concurrent(lambda i, s=s: call(s, i), scenario.clients, scenario.per_client)
             except Exception as exc:  # noqa: BLE001
@@ -399,7 +404,7 @@ def run(settings: Settings, weights: Path) -> tuple[list[Row], list[str]]:
             rows: list[Row] = []
             try:
                 for scenario in scenarios(settings):
-                    rows += await measure(scenario, systems, settings.log)
+                    rows += await measure(scenario, systems, settings.log, settings.settle)
             finally:
                 for s in systems:
                     await s.close()

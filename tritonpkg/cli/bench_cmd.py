@@ -23,6 +23,9 @@ def embeddings(
                                            help="Install infinity-emb into its own virtualenv first."),
     dtype: str = typer.Option("float32", "--dtype", help="Precision every system computes in: float32 or bfloat16 "
                               "(bfloat16 pays off on CPUs with AMX or AVX512-BF16)."),
+    settle: float = typer.Option(1.2, "--settle", min=0.0, help="Idle seconds before each system's round: vLLM's "
+                                 "shared-memory readers spin for ~1 s after a burst, slowing the next system "
+                                 "on a small machine (0: back to back)."),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON instead of a table."),
 ) -> None:
     """Latency, scoring, throughput and concurrency on all-MiniLM-L6-v2, with ratios to each baseline.
@@ -41,7 +44,8 @@ def embeddings(
         raise typer.Exit(EXIT_USAGE)
     if install_baselines and "infinity" in chosen and not bench.infinity_installed():
         bench.install_infinity(lambda m: err_console.print(m))
-    settings = bench.Settings(quick=quick, systems=chosen, log=lambda m: err_console.print(m), dtype=dtype)
+    settings = bench.Settings(quick=quick, systems=chosen, log=lambda m: err_console.print(m), dtype=dtype,
+                              settle=settle)
     rows, skipped = bench.run(settings, bench.minilm_weights())
     if as_json:
         print_json({"dtype": dtype, "rows": [asdict(r) for r in rows], "skipped": skipped})
