@@ -31,37 +31,39 @@ def make_cross_encoder(folder: Path, seed: int = 0, num_labels: int = 1) -> Path
     return folder
 
 
-def make_xlm_roberta(folder: Path, seed: int = 0, cross_encoder: bool = False, family: str = "xlm-roberta") -> Path:
-    """A small XLM-RoBERTa (or, with family="mpnet", MPNet) saved by transformers: the base model, or a
-    one-label *ForSequenceClassification, with a tokenizer.json that frames sequences and pairs as both do
-    (`<s> a </s></s> b </s>`, all token types 0) over MiniLM's vocabulary. Positions start after the padding
-    index (1), as in the real models, so an encoder that numbers them from 0 gives different vectors.
-    Random, wide weights (see above)."""
+def make_small_encoder(folder: Path, family: str = "xlm-roberta", seed: int = 0, cross_encoder: bool = False) -> Path:
+    """A small XLM-RoBERTa, MPNet or DistilBERT saved by transformers: the base model, or a one-label
+    *ForSequenceClassification, over MiniLM's vocabulary. XLM-RoBERTa and MPNet get a tokenizer.json that
+    frames sequences and pairs as theirs do (`<s> a </s></s> b </s>`, all token types 0), and positions that
+    start after the padding index (1), as in the real models, so an encoder that numbers them from 0 gives
+    different vectors; DistilBERT keeps BERT's framing and has no token types. Random, wide weights (above)."""
     import json
 
     import torch
+    import transformers as tf
     from tokenizers import Tokenizer, processors
-    from transformers import (MPNetConfig, MPNetForSequenceClassification, MPNetModel, XLMRobertaConfig,
-                              XLMRobertaForSequenceClassification, XLMRobertaModel)
 
     torch.manual_seed(seed)
-    shape = dict(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                 intermediate_size=128, max_position_embeddings=514, pad_token_id=1, bos_token_id=101,
-                 eos_token_id=102, num_labels=1, layer_norm_eps=1e-5, initializer_range=0.3)
-    if family == "mpnet":
-        config, classes = MPNetConfig(**shape), (MPNetModel, MPNetForSequenceClassification)
+    common = dict(vocab_size=30522, pad_token_id=1, num_labels=1, initializer_range=0.3)
+    if family == "distilbert":
+        config = tf.DistilBertConfig(dim=64, n_layers=2, n_heads=4, hidden_dim=128, max_position_embeddings=512,
+                                     **{**common, "pad_token_id": 0})
     else:
-        config, classes = XLMRobertaConfig(type_vocab_size=1, **shape), (XLMRobertaModel,
-                                                                          XLMRobertaForSequenceClassification)
-    classes[cross_encoder](config).eval().save_pretrained(folder)
+        shape = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                     max_position_embeddings=514, bos_token_id=101, eos_token_id=102, layer_norm_eps=1e-5, **common)
+        config = tf.MPNetConfig(**shape) if family == "mpnet" else tf.XLMRobertaConfig(type_vocab_size=1, **shape)
+    name = {"xlm-roberta": "XLMRoberta", "mpnet": "MPNet", "distilbert": "DistilBert"}[family]
+    getattr(tf, f"{name}{'ForSequenceClassification' if cross_encoder else 'Model'}")(config).eval().save_pretrained(folder)
     tok = Tokenizer.from_file(str(MINILM / "tokenizer.json"))
-    tok.post_processor = processors.RobertaProcessing(("[SEP]", 102), ("[CLS]", 101))
+    if family != "distilbert":
+        tok.post_processor = processors.RobertaProcessing(("[SEP]", 102), ("[CLS]", 101))
     tok.no_padding()
     tok.no_truncation()
     tok.save(str(folder / "tokenizer.json"))
     (folder / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 512, "cls_token": "[CLS]",
-        "sep_token": "[SEP]", "pad_token": "[PAD]", "unk_token": "[UNK]", "bos_token": "[CLS]", "eos_token": "[SEP]"}))
+        "sep_token": "[SEP]", "pad_token": "[PAD]", "unk_token": "[UNK]", "bos_token": "[CLS]", "eos_token": "[SEP]",
+        **({"model_input_names": ["input_ids", "attention_mask"]} if family == "distilbert" else {})}))
     return folder
 
 

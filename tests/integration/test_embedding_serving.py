@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import EXAMPLES, make_cross_encoder, make_xlm_roberta
+from tests.conftest import EXAMPLES, make_cross_encoder, make_small_encoder
 
 pytestmark = pytest.mark.integration
 
@@ -60,7 +60,7 @@ def repo(tmp_path_factory):
     (root / "xenc").mkdir()
     (root / "xenc" / "tritonpkg.yaml").write_text(yaml.safe_dump(score))
     package_spec(load_spec(root / "xenc"), repo)
-    score.update(name=XLMR, weights=str(make_xlm_roberta(root / "xlmr-weights", cross_encoder=True)))
+    score.update(name=XLMR, weights=str(make_small_encoder(root / "xlmr-weights", cross_encoder=True)))
     score["python"]["parameters"].update(max_length=None, truncate=True)
     (root / "xlmr").mkdir()
     (root / "xlmr" / "tritonpkg.yaml").write_text(yaml.safe_dump(score))

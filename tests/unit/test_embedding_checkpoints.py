@@ -1,6 +1,7 @@
 """The packed encoder follows what a checkpoint folder says about itself, checked against sentence-transformers
 and transformers on the same folders: sentence-transformers' pooling modes, its max_seq_length and
-do_lower_case, and the RoBERTa family (XLM-RoBERTa embeddings and cross-encoders)."""
+do_lower_case, Dense layers, and the other encoder families (XLM-RoBERTa, MPNet, DistilBERT) as embedding
+models and as cross-encoders."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import MINILM, make_xlm_roberta
+from tests.conftest import MINILM, make_small_encoder
 from tritonpkg.embedding.checkpoint import read_checkpoint
 from tritonpkg.embedding.encoder import PackedBert
 from tritonpkg.embedding.errors import EmbeddingInputError
@@ -131,31 +132,33 @@ def test_do_lower_case_lowercases_before_a_cased_tokenizer(tmp_path):
     assert encode_texts(cased, texts, 256, True) != want
 
 
-@pytest.mark.parametrize("family", ["xlm-roberta", "mpnet"])
-def test_roberta_and_mpnet_embeddings_equal_sentence_transformers(tmp_path, family):
+@pytest.mark.parametrize("family", ["xlm-roberta", "mpnet", "distilbert"])
+def test_roberta_mpnet_and_distilbert_embeddings_equal_sentence_transformers(tmp_path, family):
     from sentence_transformers import SentenceTransformer
 
-    folder = make_xlm_roberta(tmp_path / family, family=family)
+    folder = make_small_encoder(tmp_path / family, family)
     checkpoint = read_checkpoint(folder)
-    assert (checkpoint.position_offset, checkpoint.max_positions) == (2, 512)
+    offset = 0 if family == "distilbert" else 2  # after the padding index
+    assert (checkpoint.position_offset, checkpoint.max_positions) == (offset, 512)
     texts = TEXTS + [LONG[:1200]]  # MPNet's distances past 128 share its last bucket
     want = SentenceTransformer(str(folder), device="cpu").encode(texts, normalize_embeddings=False)
     for static in (False, True):
         np.testing.assert_allclose(ours(folder, texts, static), want, atol=2e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("family", ["xlm-roberta", "mpnet"])
-def test_roberta_and_mpnet_cross_encoder_scores_equal_sentence_transformers(tmp_path, family):
+@pytest.mark.parametrize("family", ["xlm-roberta", "mpnet", "distilbert"])
+def test_roberta_mpnet_and_distilbert_cross_encoders_score_as_sentence_transformers(tmp_path, family):
     from sentence_transformers import CrossEncoder
 
-    folder = make_xlm_roberta(tmp_path / "reranker", cross_encoder=True, family=family)
+    folder = make_small_encoder(tmp_path / "reranker", family, cross_encoder=True)
     query, docs = "what does the gateway do", TEXTS[:3] + [LONG]
     want = CrossEncoder(str(folder), device="cpu").predict([(query, d) for d in docs])
     checkpoint = read_checkpoint(folder, scoring=True)
     model = PackedBert.from_pretrained(folder)
     assert model.head == "classifier" and model.num_labels == 1
     ids, starts = encode_pairs(checkpoint.tokenizer(), query, docs, checkpoint.length_limit(None), True)
-    assert ids[0][:1] == [101] and ids[0].count(102) == 3 and starts == [None] * len(docs)  # <s> q </s></s> d </s>
+    if family != "distilbert":  # <s> q </s></s> d </s>, one token type
+        assert ids[0][:1] == [101] and ids[0].count(102) == 3 and starts == [None] * len(docs)
     logits = model.encode(pack(ids, type_starts=starts))[:, 0]
     np.testing.assert_allclose(torch.sigmoid(logits).numpy(), want, atol=1e-4)
     assert np.ptp(want) > 1e-2

@@ -260,8 +260,8 @@ def test_embedding_templates_refuse_weights_their_engine_cannot_load(write_spec,
         (folder / name).write_text(json.dumps(change(json.loads(text))))
         return text
 
-    config = edit("config.json", lambda c: {**c, "model_type": "distilbert"})
-    refused(r"minilm/config.json: model_type is 'distilbert'.*expected one of 'bert', 'roberta', 'xlm-roberta'",
+    config = edit("config.json", lambda c: {**c, "model_type": "deberta-v2"})
+    refused(r"minilm/config.json: model_type is 'deberta-v2'.*expected one of 'bert', 'roberta', 'xlm-roberta'",
             "model_type")
     (folder / "config.json").write_text(config)
     modules = edit("modules.json", lambda m: [*m, {"idx": 3, "name": "3", "path": "3_LSTM",

@@ -122,11 +122,14 @@ class Tritonpkg(System):
     name = "tritonpkg (Triton + gateway)"
     can_score = True
 
-    def __init__(self, grpc_url: str, weights: Path) -> None:
+    def __init__(self, grpc_url: str, repo: Path) -> None:
         from tritonpkg.gateway import EmbeddingGateway
 
-        self.gateway = EmbeddingGateway([grpc_url], "minilm_embed", weights, scoring_model="minilm_score",
-                                        max_inflight_tokens=10_000_000)
+        # as the frontend makes it: the packaged model's gateway.json gives its length limit (512 here)
+        self.gateway = EmbeddingGateway.for_model([grpc_url], repo / "minilm_embed" / "1",
+                                                  scoring_model="minilm_score", max_inflight_tokens=10_000_000)
+        if self.gateway.max_length < MAX_POSITIONS:  # a 512-token row would measure less work than the others
+            raise RuntimeError(f"the gateway truncates at {self.gateway.max_length} tokens, not {MAX_POSITIONS}")
 
     async def embed(self, texts: list[str]) -> None:
         await self.gateway.embed(texts)
@@ -194,7 +197,7 @@ def process(cmd: list[str], health: str, env: dict[str, str] | None = None, time
 
 
 @contextmanager
-def tritonpkg_server(weights: Path, work: Path, dtype: str = "float32") -> Iterator[str]:
+def tritonpkg_server(weights: Path, work: Path, dtype: str = "float32") -> Iterator[tuple[str, Path]]:
     import runpy
 
     from tritonpkg.repository import package_spec
@@ -207,7 +210,7 @@ def tritonpkg_server(weights: Path, work: Path, dtype: str = "float32") -> Itera
     for spec in specs.values():
         package_spec(load_spec(spec), work / "repo")
     with TritonServer(work / "repo", runtime=ensure_runtime(), startup_timeout=300) as server:
-        yield server.grpc_url
+        yield server.grpc_url, work / "repo"
 
 
 @contextmanager
@@ -365,8 +368,8 @@ def started(name: str, weights: Path, work: Path, dtype: str) -> Iterator[Callab
     """The system `name` up and ready; yields a factory of its client (made inside the event loop)."""
     with ExitStack() as stack:
         if name == "tritonpkg":
-            url = stack.enter_context(tritonpkg_server(weights, work, dtype))
-            yield lambda: Tritonpkg(url, weights)
+            url, repo = stack.enter_context(tritonpkg_server(weights, work, dtype))
+            yield lambda: Tritonpkg(url, repo)
         elif name == "floor":
             yield lambda: Floor(weights, dtype)
         elif name == "vllm":

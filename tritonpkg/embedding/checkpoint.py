@@ -18,13 +18,14 @@ from .errors import EmbeddingInputError
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 # model_type -> encoder family; RoBERTa's positions start after its padding index.
-FAMILIES = {"bert": "bert", "roberta": "roberta", "xlm-roberta": "roberta", "mpnet": "mpnet"}
+FAMILIES = {"bert": "bert", "roberta": "roberta", "xlm-roberta": "roberta", "mpnet": "mpnet",
+            "distilbert": "distilbert"}
 # sentence-transformers' pooling modes, in the order its legacy boolean keys concatenate them.
 POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 _LEGACY_POOLING = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max",
                    "pooling_mode_mean_tokens": "mean", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
                    "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
-_EXPECTED = ("a BERT, RoBERTa, XLM-RoBERTa or MPNet checkpoint folder: config.json, model.safetensors or "
+_EXPECTED = ("a BERT, RoBERTa, XLM-RoBERTa, MPNet or DistilBERT checkpoint folder: config.json, model.safetensors or "
              "pytorch_model.bin, tokenizer.json")
 
 
@@ -58,7 +59,7 @@ class Checkpoint:
 
     folder: Path
     config: dict
-    family: str  # "bert" | "roberta" | "mpnet"
+    family: str  # a value of FAMILIES
     pooling: tuple[str, ...]  # sentence-transformers' modes, concatenated in this order
     max_length: int  # the default length limit: sentence-transformers' max_seq_length rule
     lower_case: bool  # sentence_bert_config.json's do_lower_case

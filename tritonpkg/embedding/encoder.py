@@ -1,9 +1,10 @@
-"""A BERT-family encoder (BERT, RoBERTa, XLM-RoBERTa; MPNet, whose attention adds a learned bias per
-relative distance) over packed tokens, built from a checkpoint's state
-dict (the stable key names of Hugging Face checkpoints) and its config.json. Two kinds of head: pooling as
-sentence-transformers configures it (mean, cls, max, ...; sentence embeddings, bi-encoders) and
-*ForSequenceClassification's dense + tanh + projection over the first token (cross-encoders, which read a
-(query, document) pair as one sequence; BERT marks the document with token type 1).
+"""A BERT-family encoder (BERT, RoBERTa, XLM-RoBERTa, DistilBERT; MPNet, whose attention adds a learned bias
+per relative distance) over packed tokens, built from a checkpoint's state dict (the stable key names of
+Hugging Face checkpoints) and its config.json. Two kinds of head: pooling as sentence-transformers
+configures it (mean, cls, max, ...; sentence embeddings, bi-encoders, optionally Dense layers after it) and
+*ForSequenceClassification's dense + tanh (DistilBERT: ReLU) + projection over the first token
+(cross-encoders, which read a (query, document) pair as one sequence; BERT marks the document with token
+type 1).
 
 Two attention paths: `encode` (eager, any batch) runs attention per length group, so the only padding
 is inside groups of near-equal lengths; `encode_static` takes a batch padded to a fixed token count and
@@ -33,9 +34,17 @@ _BERT_LAYER = {"q": "attention.self.query", "k": "attention.self.key", "v": "att
                "down": "output.dense", "ln2": "output.LayerNorm"}
 _LAYER_KEYS = {"bert": _BERT_LAYER, "roberta": _BERT_LAYER,
                "mpnet": {**_BERT_LAYER, "q": "attention.attn.q", "k": "attention.attn.k", "v": "attention.attn.v",
-                         "out": "attention.attn.o", "ln1": "attention.LayerNorm"}}
+                         "out": "attention.attn.o", "ln1": "attention.LayerNorm"},
+               "distilbert": {"q": "attention.q_lin", "k": "attention.k_lin", "v": "attention.v_lin",
+                              "out": "attention.out_lin", "ln1": "sa_layer_norm", "up": "ffn.lin1", "down": "ffn.lin2",
+                              "ln2": "output_layer_norm"}}
+_LAYER_PREFIX = {"distilbert": "transformer.layer"}  # else encoder.layer
 _CLASSIFIER_KEYS = {"bert": ("pooler.dense", "classifier"), "roberta": ("classifier.dense", "classifier.out_proj"),
-                    "mpnet": ("classifier.dense", "classifier.out_proj")}
+                    "mpnet": ("classifier.dense", "classifier.out_proj"),
+                    "distilbert": ("pre_classifier", "classifier")}
+# DistilBERT's config names the shape its own way
+_CONFIG_NAMES = {"hidden_size": "dim", "num_attention_heads": "n_heads", "num_hidden_layers": "n_layers",
+                 "intermediate_size": "hidden_dim", "hidden_act": "activation"}
 
 
 def resolve_compute_dtype(name: str, device: str = "cpu") -> str:
@@ -72,6 +81,7 @@ class PackedBert(torch.nn.Module):
         if family is None:
             raise ValueError(f"model_type {config.get('model_type')!r} is not supported (expected one of "
                              f"{', '.join(FAMILIES)})")
+        config = {**{k: config[v] for k, v in _CONFIG_NAMES.items() if v in config}, **config}
         if compute_dtype not in COMPUTE_DTYPES:
             raise ValueError(f"compute dtype {compute_dtype!r} is not supported (expected one of {', '.join(COMPUTE_DTYPES)})")
         self.compute_dtype = COMPUTE_DTYPES[compute_dtype]
@@ -100,8 +110,9 @@ class PackedBert(torch.nn.Module):
         self.relative_bias = None if bias is None else param(bias)  # [buckets, heads]
         keys = _LAYER_KEYS[family]
         self.layers = torch.nn.ModuleList()
+        prefix = _LAYER_PREFIX.get(family, "encoder.layer")
         for i in range(int(config["num_hidden_layers"])):
-            name = lambda role, part: f"encoder.layer.{i}.{keys[role]}.{part}"  # noqa: E731
+            name = lambda role, part: f"{prefix}.{i}.{keys[role]}.{part}"  # noqa: E731
             qkv = lambda part: torch.cat([state[name(r, part)] for r in "qkv"])  # noqa: E731
             layer = torch.nn.Module()
             layer.qkv_w, layer.qkv_b = param(qkv("weight"), self.compute_dtype), param(qkv("bias"), self.compute_dtype)
@@ -124,6 +135,7 @@ class PackedBert(torch.nn.Module):
             self.pooler_w, self.pooler_b = p(f"{dense}.weight"), p(f"{dense}.bias")
             self.classifier_w, self.classifier_b = p(f"{projection}.weight"), p(f"{projection}.bias")
             self.num_labels = int(self.classifier_w.shape[0])
+            self.classifier_act = F.relu if family == "distilbert" else torch.tanh  # between dense and projection
 
     @classmethod
     def from_pretrained(cls, folder: str | Path, compute_dtype: str = "float32",
@@ -262,7 +274,7 @@ class PackedBert(torch.nn.Module):
             for (weight, bias), activation in zip(self.dense, self.dense_activations):
                 v = _DENSE_ACTIVATIONS[activation](F.linear(v, weight, bias))
             return v
-        pooled = torch.tanh(F.linear(_pool("cls", x, packed), self.pooler_w, self.pooler_b))
+        pooled = self.classifier_act(F.linear(_pool("cls", x, packed), self.pooler_w, self.pooler_b))
         return F.linear(pooled, self.classifier_w, self.classifier_b)
 
 
@@ -311,7 +323,7 @@ def _strip_prefix(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Checkpoints saved from *For* classes carry their base model's prefix ("bert.", ...); *Model ones none."""
     out = {}
     for k, v in state.items():
-        for prefix in ("bert.", "roberta.", "mpnet.", "model.", "0.auto_model."):
+        for prefix in ("bert.", "roberta.", "mpnet.", "distilbert.", "model.", "0.auto_model."):
             if k.startswith(prefix):
                 k = k[len(prefix):]
                 break

@@ -36,7 +36,7 @@ class _EngineModel:
         if not weights or not os.path.isdir(weights):
             raise pb.TritonModelException(
                 f"weights folder {weights!r} not found: the spec's `weights:` must name a BERT, RoBERTa, "
-                "XLM-RoBERTa or MPNet checkpoint folder (config.json, model.safetensors, tokenizer.json)")
+                "XLM-RoBERTa, MPNet or DistilBERT checkpoint folder (config.json, model.safetensors, tokenizer.json)")
         if settings.get("torch_threads"):
             torch.set_num_threads(int(settings["torch_threads"]))
         device = "cpu"
