@@ -336,3 +336,35 @@ def test_unknown_release_is_refused(tmp_path):
 
     with pytest.raises(CompatError):
         run(tmp_path, target_release="99.99")
+
+
+# --- checkpoints (embedding / scoring templates) --------------------------------------------------
+def test_a_template_model_whose_weights_folder_changed_after_packaging(tmp_path):
+    import shutil
+
+    import yaml
+
+    from tests.conftest import EXAMPLES, MINILM
+    from tritonpkg.repository import package_spec
+    from tritonpkg.spec import load_spec
+
+    weights = tmp_path / "weights"
+    shutil.copytree(MINILM, weights)
+    for name, template in (("embed", EXAMPLES / "minilm-embeddings-template"), ("score", EXAMPLES /
+                                                                                "minilm-embeddings-template" / "scoring")):
+        data = yaml.safe_load((template / "tritonpkg.yaml").read_text())
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "tritonpkg.yaml").write_text(yaml.safe_dump({**data, "weights": str(weights)}))
+        package_spec(load_spec(tmp_path / name), tmp_path / "repo")
+    assert only(run(tmp_path / "repo"), "checkpoint.unloadable") == []
+
+    (weights / "tokenizer.json").unlink()
+    bad = only(run(tmp_path / "repo"), "checkpoint.unloadable")
+    assert {(p.model, p.file, p.severity) for p in bad} == {("minilm_embed", "minilm_embed/1/model.py", "error"),
+                                                            ("minilm_score", "minilm_score/1/model.py", "error")}
+    assert all("holds no tokenizer.json" in p.message and str(weights) in p.message for p in bad)
+
+    shutil.rmtree(weights)
+    gone = only(run(tmp_path / "repo"), "checkpoint.missing")
+    assert {(p.model, p.severity) for p in gone} == {("minilm_embed", "warning"), ("minilm_score", "warning")}
+    assert only(run(tmp_path / "repo"), "checkpoint.unloadable") == []

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from tritonpkg.validate.context import Context
 from tritonpkg.validate.loaded import LoadedModel
 from tritonpkg.validate.report import Problem
-from tritonpkg.validate.rules import (backend, batching, engine_args, ensemble, instances, layout, plugins, runtime,
-                                     schedulers, tensors, versions)
+from tritonpkg.validate.rules import (backend, batching, checkpoints, engine_args, ensemble, instances, layout,
+                                     plugins, runtime, schedulers, tensors, versions)
 
 
 def config_syntax(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
@@ -19,7 +19,7 @@ def config_syntax(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
                         expected="text-format ModelConfig (see model_config.proto)")
 
 
-MODEL_RULES = [config_syntax, *layout.RULES, *versions.RULES, *backend.RULES, *tensors.RULES,
+MODEL_RULES = [config_syntax, *layout.RULES, *versions.RULES, *backend.RULES, *checkpoints.RULES, *tensors.RULES,
                *batching.RULES, *schedulers.RULES, *instances.RULES, *ensemble.RULES, *engine_args.RULES, *runtime.RULES]
 REPO_RULES = [*runtime.REPO_RULES, *plugins.REPO_RULES]
 
