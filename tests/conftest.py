@@ -53,7 +53,8 @@ def make_small_encoder(folder: Path, family: str = "xlm-roberta", seed: int = 0,
                      max_position_embeddings=514, bos_token_id=101, eos_token_id=102, layer_norm_eps=1e-5, **common)
         config = tf.MPNetConfig(**shape) if family == "mpnet" else tf.XLMRobertaConfig(type_vocab_size=1, **shape)
     name = {"xlm-roberta": "XLMRoberta", "mpnet": "MPNet", "distilbert": "DistilBert"}[family]
-    getattr(tf, f"{name}{'ForSequenceClassification' if cross_encoder else 'Model'}")(config).eval().save_pretrained(folder)
+    model_class = getattr(tf, f"{name}{'ForSequenceClassification' if cross_encoder else 'Model'}")
+    model_class(config).eval().save_pretrained(folder)
     tok = Tokenizer.from_file(str(MINILM / "tokenizer.json"))
     if family != "distilbert":
         tok.post_processor = processors.RobertaProcessing(("[SEP]", 102), ("[CLS]", 101))

@@ -140,7 +140,7 @@ def _modules(folder: Path) -> tuple[tuple[str, ...], tuple[Dense, ...]]:
         return ("mean",), ()
     pooling: tuple[str, ...] = ("mean",)
     dense: list[Dense] = []
-    normalized = False  # the engine normalizes last (NORMALIZE): a Dense after a Normalize would be refused
+    normalized = False  # a Dense after a Normalize is refused: the engine normalizes last (NORMALIZE)
     expected = "a Transformer at the folder's top, then Pooling, Dense layers and Normalize"
     for i, module in enumerate(_json(modules_file)):
         kind, path = str(module.get("type", "")), str(module.get("path", ""))
