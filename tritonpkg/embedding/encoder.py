@@ -24,7 +24,7 @@ from typing import Mapping
 import torch
 import torch.nn.functional as F
 
-from .checkpoint import FAMILIES, POOLING_MODES, position_offset, read_checkpoint
+from .checkpoint import FAMILIES, POOLING_MODES, Checkpoint, position_offset, read_checkpoint
 from .packing import Packed, group_indices
 
 COMPUTE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -138,12 +138,12 @@ class PackedBert(torch.nn.Module):
             self.classifier_act = F.relu if family == "distilbert" else torch.tanh  # between dense and projection
 
     @classmethod
-    def from_pretrained(cls, folder: str | Path, compute_dtype: str = "float32",
+    def from_pretrained(cls, folder: str | Path | Checkpoint, compute_dtype: str = "float32",
                         head: str | tuple[str, ...] = "auto") -> "PackedBert":
         """config.json + model.safetensors (or pytorch_model.bin) of a checkpoint folder. `head="auto"`: the
         classifier when config.json names a *ForSequenceClassification architecture, else "pool"; "pool":
         the folder's sentence-transformers pooling (mean when it has none)."""
-        checkpoint = read_checkpoint(folder)
+        checkpoint = folder if isinstance(folder, Checkpoint) else read_checkpoint(folder)
         folder, config = checkpoint.folder, checkpoint.config
         if head == "auto":
             head = "classifier" if checkpoint.cross_encoder else "pool"

@@ -46,7 +46,7 @@ class _EngineModel:
         dtype = resolve_compute_dtype(settings.get("dtype") or "float32", device)
         try:
             checkpoint = read_checkpoint(weights)
-            self.model = PackedBert.from_pretrained(weights, dtype, self.head).to(device).eval()
+            self.model = PackedBert.from_pretrained(checkpoint, dtype, self.head).to(device).eval()
         except ValueError as exc:
             raise pb.TritonModelException(f"weights folder {weights}: {exc}") from None
         self.tokenizer = checkpoint.tokenizer()
