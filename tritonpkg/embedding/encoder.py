@@ -304,8 +304,9 @@ def _pool(mode: str, x: torch.Tensor, packed: Packed) -> torch.Tensor:
             pick = torch.ones_like(seg, dtype=torch.bool)
             pick[:-1] = seg[1:] != seg[:-1]
         return rows().index_add_(0, seg, x * pick.to(x.dtype)[:, None])[:n]
-    weights = (packed.positions + 1).to(x.dtype) if mode == "weightedmean" else torch.ones_like(seg, dtype=x.dtype)
-    sums = rows().index_add_(0, seg, x * weights[:, None])[:n]
+    weighted = mode == "weightedmean"
+    weights = (packed.positions + 1).to(x.dtype) if weighted else torch.ones_like(seg, dtype=x.dtype)
+    sums = rows().index_add_(0, seg, x * weights[:, None] if weighted else x)[:n]  # mean: no [T, H] product
     totals = torch.zeros(n + 1, dtype=x.dtype, device=x.device).index_add_(0, seg, weights)[:n, None]
     return sums / (totals.sqrt() if mode == "mean_sqrt_len_tokens" else totals).clamp_min(1e-9)
 
