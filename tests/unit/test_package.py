@@ -16,7 +16,7 @@ from tritonpkg.cli import app
 from tritonpkg.errors import PackageError, SpecError
 from tritonpkg.repository import LOCK_NAME, package_spec, verify_lock
 from tritonpkg.spec import load_spec
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, MINILM
 from tests.plugin_wheels import make_wheel
 
 HOOKS = "import numpy as np\n\ndef model(inputs):\n    return {'Y': inputs['X'] * 2}\n"
@@ -237,7 +237,7 @@ def test_embedding_templates_refuse_weights_their_engine_cannot_load(write_spec,
 
     import yaml
 
-    from tests.conftest import MINILM, make_cross_encoder
+    from tests.conftest import make_cross_encoder
 
     data = yaml.safe_load((EXAMPLES / "minilm-embeddings-template" / "scoring" / "tritonpkg.yaml").read_text())
     two = make_cross_encoder(tmp_path / "two-labels", num_labels=2)
@@ -274,3 +274,27 @@ def test_embedding_templates_refuse_weights_their_engine_cannot_load(write_spec,
     package_spec(load_spec(write_spec({**embed, "weights": str(folder)}, folder="e")), tmp_path / "r3")
     (folder / "tokenizer.json").unlink()
     refused(r"holds no tokenizer.json", "weights")
+
+
+def test_openmp_spin_of_the_embedding_templates_is_rendered_and_checked(write_spec, tmp_path):
+    """GOMP_SPINCOUNT goes into model.py ahead of torch, as a string (libgomp reads the environment); null
+    leaves it to the server; a value that is not a non-negative integer is refused naming the field."""
+    import yaml
+
+    embed = yaml.safe_load((EXAMPLES / "minilm-embeddings-template" / "tritonpkg.yaml").read_text())
+    embed["weights"] = str(MINILM)
+
+    def model_py(folder: str, **params) -> str:
+        data = {**embed, "python": {**embed["python"], "parameters": {**embed["python"]["parameters"], **params}}}
+        package_spec(load_spec(write_spec(data, folder=folder)), tmp_path / "out" / folder)
+        return (tmp_path / "out" / folder / embed["name"] / "1" / "model.py").read_text()
+
+    text = model_py("default")
+    assert 'os.environ["GOMP_SPINCOUNT"] = \'10000\'' in text
+    assert text.index("GOMP_SPINCOUNT") < text.index("import triton_python_backend_utils")
+    assert 'os.environ["GOMP_SPINCOUNT"]' not in model_py("unset", omp_spin_count=None)
+    for bad in ("fast", -1, True, 1.5):
+        with pytest.raises(SpecError, match="is not allowed") as err:
+            model_py(f"bad{bad}", omp_spin_count=bad)
+        assert err.value.field == "python.parameters.omp_spin_count" and "integer >= 0" in str(err.value)
+        assert not (tmp_path / "out" / f"bad{bad}").exists()

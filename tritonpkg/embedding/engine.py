@@ -92,6 +92,8 @@ class EmbeddingEngine:
             work.ticket.fail(error)
 
     def _loop(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)  # per host thread: graphs and streams belong to the model's GPU
         pending: tuple[list[Work], ResultHandle] | None = None
         while not self.batcher.closed or pending:
             batch = self.batcher.take() if pending else self.batcher.next_batch(timeout=0.5)

@@ -74,6 +74,11 @@ def resolve_parameters(template: Template, given: dict[str, Any], file: Path | N
         if choices and value not in choices:
             raise SpecError(f"{value!r} is not allowed", file=file, field=f"python.parameters.{key}",
                             expected=f"one of {', '.join(map(str, choices))}")
+        if decl.get("type") == "integer" and value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < decl.get("minimum", value)):
+            minimum = f" >= {decl['minimum']}" if "minimum" in decl else ""
+            raise SpecError(f"{value!r} is not allowed", file=file, field=f"python.parameters.{key}",
+                            expected=f"an integer{minimum} or null")
         params[key] = value
     return params
 
