@@ -27,6 +27,8 @@ from typing import Any, Awaitable, Callable, Iterator
 import numpy as np
 
 from tritonpkg import paths
+from tritonpkg.benchmarks import ceiling
+from tritonpkg.benchmarks.ceiling import Ceiling
 
 INFINITY_VENV = paths.PROJECT_ROOT / ".tritonpkg" / "bench-venvs" / "infinity"
 # torch pinned like the toolkit's own: the same CPU build for every system, and pip takes it from the
@@ -382,11 +384,20 @@ def started(name: str, weights: Path, work: Path, dtype: str) -> Iterator[Callab
             raise ValueError(f"unknown system {name!r}")
 
 
-def run(settings: Settings, weights: Path) -> tuple[list[Row], list[str]]:
+def run(settings: Settings, weights: Path) -> tuple[list[Row], list[str], Ceiling]:
     """Every requested system up at once, then every scenario over all of them in alternating rounds, so
     that this shared machine's drift (the floor's batch-1 p50 moved 65-123 ms within one sequential run)
-    hits every system alike. Returns the rows and what was skipped (and why); a system that does not
-    start is skipped, the others run."""
+    hits every system alike. Returns the rows, what was skipped (and why) and the machine's compute
+    ceiling at the throughput rows' length, measured while no system is up (the better of before and
+    after); a system that does not start is skipped, the others run."""
+    settings.log("measuring this machine's compute ceiling ...")
+    before = ceiling.measure(weights, MAX_POSITIONS, settings.dtype)
+    rows, skipped = _run_systems(settings, weights)
+    after = ceiling.measure(weights, MAX_POSITIONS, settings.dtype)
+    return rows, skipped, max(before, after, key=lambda c: c.gemm_gflops)
+
+
+def _run_systems(settings: Settings, weights: Path) -> tuple[list[Row], list[str]]:
     skipped: list[str] = []
     factories: list[Callable[[], System]] = []
     with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="bench-emb-") as tmp:
@@ -433,8 +444,9 @@ GOALS = {  # the issue's goals on CPUs: tritonpkg / baseline
 }
 
 
-def table(rows: list[Row], skipped: list[str], dtype: str = "float32") -> Any:
-    """A rich table: per scenario and system the numbers, and tritonpkg's ratio to each baseline."""
+def table(rows: list[Row], skipped: list[str], dtype: str = "float32", bound: Ceiling | None = None) -> Any:
+    """A rich table: per scenario and system the numbers, and tritonpkg's ratio to each baseline; with the
+    machine's compute ceiling, each throughput as a share of it, and what a throughput goal would need."""
     from rich.table import Table
 
     t = Table(title=f"embedding serving, all-MiniLM-L6-v2, every system in {dtype}, rounds interleaved "
@@ -455,9 +467,13 @@ def table(rows: list[Row], skipped: list[str], dtype: str = "float32") -> Any:
                 if r.scenario.startswith(prefix) and r.system == system and metric == key:
                     need = target if key != "p50_ms" else 1 / target
                     goal = f"{'met' if better >= need else 'MISSED'} (>= {need:.2f}x)"
+                    if bound is not None and key == "emb_per_s":
+                        goal += f"; needs {bound.share(need * v[key]):.0%} of the ceiling"
+        if bound is not None and "emb_per_s" in v:
+            note = f"{bound.share(v['emb_per_s']):.0%} of the ceiling"
+            goal = f"{goal}; {note}" if goal else note
         fmt = lambda k: f"{v[k]:.1f}" if k in v else ""  # noqa: E731
         t.add_row(r.scenario, r.system, fmt("p50_ms"), fmt("p90_ms"), fmt("p99_ms"), fmt("max_ms"),
                   f"{rate:.1f}" if rate is not None else r.note, ratio, goal)
-    if skipped:
-        t.caption = "; ".join(skipped)
+    t.caption = "; ".join(([bound.describe()] if bound is not None else []) + skipped) or None
     return t

@@ -46,11 +46,12 @@ def embeddings(
         bench.install_infinity(lambda m: err_console.print(m))
     settings = bench.Settings(quick=quick, systems=chosen, log=lambda m: err_console.print(m), dtype=dtype,
                               settle=settle)
-    rows, skipped = bench.run(settings, bench.minilm_weights())
+    rows, skipped, bound = bench.run(settings, bench.minilm_weights())
     if as_json:
-        print_json({"dtype": dtype, "rows": [asdict(r) for r in rows], "skipped": skipped})
+        print_json({"dtype": dtype, "rows": [asdict(r) for r in rows], "skipped": skipped,
+                    "ceiling": {**asdict(bound), "embeddings_per_s": bound.embeddings_per_s}})
     else:
         from rich.console import Console
 
         wide = console if console.is_terminal and console.width >= 170 else Console(width=170)  # 9 columns
-        wide.print(bench.table(rows, skipped, dtype))
+        wide.print(bench.table(rows, skipped, dtype, bound))
