@@ -466,14 +466,12 @@ def table(rows: list[Row], skipped: list[str], dtype: str = "float32", bound: Ce
             for (prefix, system), (metric, target, _) in GOALS.items():
                 if r.scenario.startswith(prefix) and r.system == system and metric == key:
                     need = target if key != "p50_ms" else 1 / target
-                    goal = f"{'met' if better >= need else 'MISSED'} (>= {need:.2f}x)"
-                    if bound is not None and key == "emb_per_s":
-                        goal += f"; needs {bound.share(need * v[key]):.0%} of the ceiling"
+                    needs = f" = {bound.share(need * v[key]):.0%} of the ceiling" if bound and key == "emb_per_s" else ""
+                    goal = f"{'met' if better >= need else 'MISSED'} (>= {need:.2f}x{needs})"
+        shown = r.note if rate is None else f"{rate:.1f}"
         if bound is not None and "emb_per_s" in v:
-            note = f"{bound.share(v['emb_per_s']):.0%} of the ceiling"
-            goal = f"{goal}; {note}" if goal else note
+            shown += f" ({bound.share(v['emb_per_s']):.0%} of the ceiling)"
         fmt = lambda k: f"{v[k]:.1f}" if k in v else ""  # noqa: E731
-        t.add_row(r.scenario, r.system, fmt("p50_ms"), fmt("p90_ms"), fmt("p99_ms"), fmt("max_ms"),
-                  f"{rate:.1f}" if rate is not None else r.note, ratio, goal)
+        t.add_row(r.scenario, r.system, fmt("p50_ms"), fmt("p90_ms"), fmt("p99_ms"), fmt("max_ms"), shown, ratio, goal)
     t.caption = "; ".join(([bound.describe()] if bound is not None else []) + skipped) or None
     return t
