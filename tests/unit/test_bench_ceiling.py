@@ -30,12 +30,12 @@ def test_flops_of_minilm_match_its_architecture(tokens):
     import json
 
     config = json.loads((MINILM / "config.json").read_text())
-    counted = ceiling.embedding_gflop(MINILM, tokens)
+    counted = ceiling.embedding_gflop(ceiling.load(MINILM), tokens)
     assert counted == pytest.approx(analytic_gflop(config, tokens, config["hidden_size"] ** 2), rel=1e-9)
 
 
 def test_gemm_rate_is_measured_on_the_model_shapes():
-    shapes = ceiling.model_shapes(MINILM, rows=64)
+    shapes = ceiling.model_shapes(ceiling.load(MINILM), rows=64)
     assert (64, 384, 1536) in shapes and (64, 1536, 384) in shapes and (64, 384, 384) in shapes
     assert shapes[-1] == (ceiling.SQUARE,) * 3
     rate = ceiling.gemm_gflops([(256, 384, 1536)], repeats=2)

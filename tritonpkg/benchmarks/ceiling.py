@@ -36,19 +36,19 @@ class Ceiling:
                 f"{self.threads} threads = {self.embeddings_per_s:.1f} embeddings/s")
 
 
-def _load(weights: Path):
+def load(weights: Path):
+    """The checkpoint as transformers runs it, for counting FLOPs and reading its layer shapes."""
     from transformers import AutoModel
 
     # eager attention: its matmuls are counted; torch's CPU flash-attention kernel has no FLOP formula
     return AutoModel.from_pretrained(str(weights), attn_implementation="eager").eval()
 
 
-def embedding_gflop(weights: Path, tokens: int) -> float:
+def embedding_gflop(model, tokens: int) -> float:
     """GFLOP of one forward pass over one sequence of `tokens` tokens (multiplies and adds counted apart)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    model = _load(weights)
     ids = torch.full((1, tokens), 5, dtype=torch.long)
     with torch.inference_mode(), FlopCounterMode(display=False) as counter:
         model(input_ids=ids, attention_mask=torch.ones_like(ids))
@@ -75,17 +75,9 @@ def gemm_gflops(shapes: list[tuple[int, int, int]], dtype: str = "float32", repe
     return best
 
 
-def model_shapes(weights: Path, rows: int) -> list[tuple[int, int, int]]:
+def model_shapes(model, rows: int) -> list[tuple[int, int, int]]:
     """The model's own linear layers as GEMMs over `rows` tokens, and one square GEMM."""
     import torch
 
-    linears = {(m.in_features, m.out_features) for m in _load(weights).modules() if isinstance(m, torch.nn.Linear)}
+    linears = {(m.in_features, m.out_features) for m in model.modules() if isinstance(m, torch.nn.Linear)}
     return [(rows, k, n) for k, n in sorted(linears)] + [(SQUARE, SQUARE, SQUARE)]
-
-
-def measure(weights: Path, tokens: int, dtype: str = "float32", batch: int = 8) -> Ceiling:
-    import torch
-
-    return Ceiling(tokens=tokens, gflop_per_embedding=embedding_gflop(weights, tokens),
-                   gemm_gflops=gemm_gflops(model_shapes(weights, tokens * batch), dtype),
-                   threads=torch.get_num_threads(), dtype=dtype)
