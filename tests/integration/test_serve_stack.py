@@ -145,7 +145,7 @@ def grpc_ready(port: int) -> bool:
 
 
 def metrics_ok(port: int) -> bool:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=15) as resp:  # > the 8 s fetch budget
         return resp.status == 200 and b"nv_inference_request_success" in resp.read()
 
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -102,31 +103,57 @@ def test_prepare_clears_value_files_only(tmp_path: Path) -> None:
     assert "vllm:" not in multiproc_exposition(directory)
 
 
+class FakeTritonMetrics:
+    """A loopback HTTP server answering Triton's metrics text (the real one is in the integration test);
+    `stalls` holds seconds to hold back the next answers, as a busy Triton does."""
+
+    def __init__(self) -> None:
+        self.stalls: list[float] = []
+        self.requests = 0
+        self.released = threading.Event()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                fake.requests += 1
+                if fake.stalls:
+                    fake.released.wait(fake.stalls.pop(0))
+                body = TRITON_TEXT.encode()
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except OSError:
+                    pass  # the caller gave up waiting
+
+            def log_message(self, *_args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/metrics"
+
+
 @pytest.fixture
-def fake_triton_metrics():
-    """A loopback HTTP server answering Triton's metrics text (the real one is in the integration test)."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
-            body = TRITON_TEXT.encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_args: object) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+def fake_triton():
+    fake = FakeTritonMetrics()
+    thread = threading.Thread(target=fake.httpd.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/metrics"
-    httpd.shutdown()
-    httpd.server_close()
+    yield fake
+    fake.released.set()
+    fake.httpd.shutdown()
+    fake.httpd.server_close()
 
 
-def scrape(url: str) -> tuple[int, str, str]:
-    with urllib.request.urlopen(url, timeout=10) as resp:
+@pytest.fixture
+def fake_triton_metrics(fake_triton):
+    return fake_triton.url
+
+
+def scrape(url: str, scrape_timeout: float | None = None) -> tuple[int, str, str]:
+    headers = {"X-Prometheus-Scrape-Timeout-Seconds": str(scrape_timeout)} if scrape_timeout else {}
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as resp:
         return resp.status, resp.headers["Content-Type"], resp.read().decode()
 
 
@@ -156,6 +183,47 @@ def test_a_source_that_is_down_is_reported_not_fatal(tmp_path: Path) -> None:
     assert status == 200
     assert 'tritonpkg_metrics_source_up{source="triton"} 0' in text
     assert 'vllm:prompt_tokens_total{model_name="tiny_llm"} 3.0' in text
+
+
+def test_a_slow_triton_fetch_is_tried_again_within_the_scrapers_timeout(fake_triton) -> None:
+    fake_triton.stalls = [5.0]  # the first fetch outlives half of the 3 s budget (a 4 s scrape timeout less 1 s)
+    with MergedMetricsServer(fake_triton.url, None, port=0) as server:
+        started = time.monotonic()
+        status, _, text = scrape(server.url, scrape_timeout=4)
+        took = time.monotonic() - started
+    assert status == 200 and took < 4
+    assert fake_triton.requests == 2
+    assert 'tritonpkg_metrics_source_up{source="triton"} 1' in text
+    assert 'nv_inference_request_success{model="tiny_llm",version="1"} 3' in text
+
+
+def test_triton_series_do_not_vanish_for_one_failed_fetch(fake_triton) -> None:
+    """A fetch that fails every attempt serves the last good scrape again, marked down, while it is fresh."""
+    with MergedMetricsServer(fake_triton.url, None, port=0, stale_after=60) as server:
+        assert 'source="triton"} 1' in scrape(server.url)[2]
+        fake_triton.stalls = [5.0, 5.0]
+        text = scrape(server.url, scrape_timeout=2)[2]
+        assert 'tritonpkg_metrics_source_up{source="triton"} 0' in text
+        assert 'nv_inference_request_success{model="tiny_llm",version="1"} 3' in text
+        assert len(type_lines(text)) == len(set(type_lines(text)))
+        server.stale_after = 0  # too old now: the series go, the source stays reported down
+        fake_triton.stalls = [5.0, 5.0]
+        text = scrape(server.url, scrape_timeout=2)[2]
+    assert 'tritonpkg_metrics_source_up{source="triton"} 0' in text
+    assert "nv_inference_request_success" not in text
+
+
+def test_the_public_port_waits_for_tritons_metrics_to_name_every_model(fake_triton) -> None:
+    from tritonpkg.errors import RuntimeSetupError
+
+    server = MergedMetricsServer(fake_triton.url, None, port=0)
+    server.wait_for_triton(5, ["tiny_llm", "other"])
+    with pytest.raises(RuntimeSetupError, match=r"not complete after 1 s: no series yet for absent") as info:
+        server.wait_for_triton(1, ["tiny_llm", "absent"])
+    assert info.value.field == "metrics"
+    dead = MergedMetricsServer(f"http://127.0.0.1:{free_port()}/metrics", None, port=0)
+    with pytest.raises(RuntimeSetupError, match="refused"):
+        dead.wait_for_triton(1)
 
 
 def test_the_public_port_is_closed_after_stop(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from tritonpkg.runtime.startup import PackageFacts, StartupOptions, StartupPlan,
     plan_serve
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+METRICS_WAIT = 60.0  # seconds for Triton's metrics to name every ready model before the public /metrics opens
 
 
 class Warn(str):
@@ -238,8 +239,11 @@ class ServingStack:
     def _step_metrics(self) -> str:
         from tritonpkg.metrics import MergedMetricsServer
 
-        self.metrics = MergedMetricsServer(self.server.metrics_url, self.multiproc_dir, host=self.options.host,
-                                           port=self.options.metrics_port).start()
+        metrics = MergedMetricsServer(self.server.metrics_url, self.multiproc_dir, host=self.options.host,
+                                      port=self.options.metrics_port)
+        # The public port opens only once Triton's own metrics answer for every model: its first scrape is whole.
+        metrics.wait_for_triton(METRICS_WAIT, [m["name"] for m in self.server.ready_models()])
+        self.metrics = metrics.start()
         return self.metrics.url
 
     def _wants_frontend(self) -> bool:
