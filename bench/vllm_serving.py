@@ -9,7 +9,9 @@ count, so tokens/s compares like with like.
 
     .venv/bin/python bench/vllm_serving.py [--requests-per-round 16] [--rounds 6] [--max-tokens 64]
 
-Prints a rich table; goal: Triton >= 0.9x vLLM's throughput and <= 1.1x its TTFT.
+Prints a rich table; goal: Triton >= 0.9x vLLM's throughput and <= 1.1x its TTFT. A second table shows
+where the CPU went at 16 streams: each server's processes and this client, in CPU ms per output token
+(tritonpkg.benchmarks.proccpu), beside the wall time x cores they had.
 
 Both servers run in this process's session (their own process groups): a server in a session of its
 own is another scheduler autogroup, which on 2 cores left this client runnable but unscheduled for
@@ -42,6 +44,9 @@ from tritonpkg.runtime.supervisor import own_group  # noqa: E402
 
 TINY = ROOT / "examples" / "tiny-llm"
 LEVELS = (1, 4, 16)
+ROLES = {"VLLM::EngineCore": "vLLM EngineCore", "VLLM::Worker": "vLLM worker",
+         "triton_python_backend_stub": "Python-backend stub (AsyncLLM + tritonpkg's backend)",
+         "tritonserver": "tritonserver (IPC, HTTP responses)", "api_server": "vllm serve API server (AsyncLLM + HTTP)"}
 ENGINE = {"enforce_eager": True, "max_model_len": 256, "dtype": "float32", "max_num_seqs": 16,
           "max_num_batched_tokens": 512, "disable_log_stats": False}
 
@@ -136,19 +141,29 @@ def wait_http(url: str, timeout: float, proc: subprocess.Popen) -> None:
     raise RuntimeError(f"{url} not ready within {timeout} s")
 
 
-def measure(servers: dict[str, str], args) -> dict[str, dict[int, dict]]:
-    """Every level: `rounds` rounds per server, the leading server alternating."""
+def measure(servers: dict[str, tuple[str, int]], args) -> dict[str, dict[int, dict]]:
+    """Every level: `rounds` rounds per server, the leading server alternating. Each server's process
+    tree and this client are metered for CPU during that server's rounds."""
+    from tritonpkg.benchmarks.proccpu import CpuMeter
+
     kinds = list(servers)
     out: dict[str, dict[int, dict]] = {k: {} for k in kinds}
     for level in LEVELS:
         runs = {k: ([], 0.0) for k in kinds}
+        meters = {k: CpuMeter([servers[k][1]], {"client (this bench, aiohttp)": os.getpid()}, ROLES) for k in kinds}
         todo = prompts(max(level, args.requests_per_round))
         for r in range(args.rounds):
             for kind in (kinds if r % 2 == 0 else kinds[::-1]):
-                results, wall = asyncio.run(run_round(kind, servers[kind], "tiny_llm", level, todo, args.max_tokens))
+                meters[kind].start()
+                results, wall = asyncio.run(run_round(kind, servers[kind][0], "tiny_llm", level, todo,
+                                                      args.max_tokens))
+                meters[kind].stop()
                 runs[kind] = (runs[kind][0] + results, runs[kind][1] + wall)
         for kind in kinds:
             out[kind][level] = summarize(*runs[kind])
+            tokens = sum(r[1] for r in runs[kind][0])
+            out[kind][level]["cpu_ms_per_token"] = [(role, s * 1e3) for role, s in meters[kind].per_unit(tokens)]
+            out[kind][level]["wall_cpu_ms_per_token"] = runs[kind][1] / tokens * 1e3 * (os.cpu_count() or 1)
             print(f"  {kind} c={level}: {out[kind][level]['tok_s']:.0f} tok/s, "
                   f"TTFT p50 {out[kind][level]['ttft_p50'] * 1000:.0f} ms", flush=True)
     return out
@@ -167,7 +182,7 @@ def triton_server(weights: Path, work: Path):
     (work / "spec" / "tritonpkg.yaml").write_text(yaml.safe_dump(spec))
     package_spec(load_spec(work / "spec"), work / "repo")
     with TritonServer(work / "repo", runtime=ensure_runtime(), startup_timeout=600) as srv:
-        yield srv.http_url
+        yield srv.http_url, srv.pid
 
 
 @contextlib.contextmanager
@@ -191,7 +206,7 @@ def vllm_server(weights: Path):
             wait_http(f"http://127.0.0.1:{port}/health", 600, proc)
         except RuntimeError as exc:
             raise RuntimeError(f"vllm serve: {exc}; log: {log}\n{log.read_text()[-3000:]}") from None
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", proc.pid
     finally:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -223,8 +238,8 @@ def main() -> None:
         weights = work / "weights"
         subprocess.run([sys.executable, str(TINY / "make_tiny_llm.py"), "--out", str(weights)], check=True,
                        stdout=subprocess.DEVNULL)
-        with triton_server(weights, work) as triton_url, vllm_server(weights) as vllm_url:
-            measured = measure({"triton": triton_url, "vllm": vllm_url}, args)
+        with triton_server(weights, work) as triton, vllm_server(weights) as vllm:
+            measured = measure({"triton": triton, "vllm": vllm}, args)
         triton, vllm = measured["triton"], measured["vllm"]
 
     table = Table(title=f"tiny LLM, {args.max_tokens} tokens/request, streaming, temperature 0, "
@@ -239,6 +254,17 @@ def main() -> None:
                       f"{v['ttft_p50'] * 1e3:.0f} / {v['ttft_p99'] * 1e3:.0f}",
                       f"{t['ttft_p50'] / v['ttft_p50']:.2f}x")
     Console().print(table)
+    cpu = Table(title=f"CPU ms per output token at {LEVELS[-1]} streams, by process (this machine's "
+                      f"{os.cpu_count()} cores are shared by both paths and the client)")
+    for col in ("server", "process", "CPU ms / token"):
+        cpu.add_column(col, justify="right" if col.startswith("CPU") else "left")
+    for kind, name in (("triton", "Triton"), ("vllm", "vllm serve")):
+        row = measured[kind][LEVELS[-1]]
+        for role, ms in row["cpu_ms_per_token"]:
+            cpu.add_row(name, role, f"{ms:.3f}")
+        cpu.add_row(name, "[bold]all of the above[/]", f"[bold]{sum(ms for _, ms in row['cpu_ms_per_token']):.3f}[/]")
+        cpu.add_row(name, "wall time x cores", f"{row['wall_cpu_ms_per_token']:.3f}", end_section=True)
+    Console().print(cpu)
 
 
 if __name__ == "__main__":
