@@ -13,7 +13,10 @@ per request.
     .venv/bin/python bench/openai_frontend.py [--requests 400] [--rounds 20] [--max-tokens 4]
         [--triton-grpc HOST:PORT --repo REPO]   # use a Triton already serving tiny_llm
 
-Prints a rich table with the added milliseconds at p50 and p99; goal: <= 2 ms added at p50.
+Prints a rich table with the added milliseconds at p50 and p99; goal: <= 2 ms added at p50. A second
+table shows the CPU each path took per request at 8 concurrent requests, by process (Triton's only when
+this bench started it): on a 2-core machine shared by everything, CPU per request is what latency at
+concurrency is made of.
 """
 
 from __future__ import annotations
@@ -44,6 +47,9 @@ MODEL = "tiny_llm"
 PROMPT = "the model serves tokens quickly over grpc"
 LEVELS = (1, 8)
 GOAL_MS = 2.0
+ROLES = {"VLLM::EngineCore": "vLLM EngineCore", "VLLM::Worker": "vLLM worker",
+         "triton_python_backend_stub": "Python-backend stub (vLLM)", "tritonserver": "tritonserver",
+         "tritonpkg frontend": "OpenAI frontend"}
 BASELINE = "Triton gRPC, tritonclient stream_infer"
 SHARED = "Triton gRPC, the frontend's stream pool"
 FRONTEND = "OpenAI frontend /v1/completions (HTTP, aiohttp)"
@@ -85,7 +91,7 @@ def frontend_process(grpc_url: str, repo: Path):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"the frontend did not start (exit code {proc.poll()})")
             time.sleep(0.2)
-        yield url
+        yield url, proc.pid
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -161,10 +167,11 @@ async def run_level(call, concurrency: int, requests: int) -> list[float]:
     return latencies
 
 
-async def measure(grpc_url: str, frontend_url: str, args) -> dict[tuple[int, str], list[float]]:
+async def measure(grpc_url: str, frontend_url: str, pids: list[int], args):
     import aiohttp
     import tritonclient.grpc.aio as grpcaio
 
+    from tritonpkg.benchmarks.proccpu import CpuMeter
     from tritonpkg.frontend.triton import TritonBackend
 
     client = grpcaio.InferenceServerClient(grpc_url)
@@ -177,19 +184,23 @@ async def measure(grpc_url: str, frontend_url: str, args) -> dict[tuple[int, str
         for call in paths.values():  # warm-up: connections, first-request paths in vLLM
             await run_level(call, max(LEVELS), max(LEVELS) * 2)
         samples: dict[tuple[int, str], list[float]] = {}
+        meters = {(level, name): CpuMeter(pids, {"client (this bench)": os.getpid()}, ROLES)
+                  for level in LEVELS for name in paths}
         per_round = max(1, args.requests // args.rounds)
         names = list(paths)
         for r in range(args.rounds):
             order = names[r % len(names):] + names[:r % len(names)]  # each path leads in turn: no path always follows a burst
             for level in LEVELS:
                 for name in order:
+                    meters[(level, name)].start()
                     samples.setdefault((level, name), []).extend(await run_level(paths[name], level, per_round))
+                    meters[(level, name)].stop()
     await client.close()
     await backend.close()
-    return samples
+    return samples, meters
 
 
-def report(samples: dict[tuple[int, str], list[float]]) -> None:
+def report(samples: dict[tuple[int, str], list[float]], meters: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -207,6 +218,16 @@ def report(samples: dict[tuple[int, str], list[float]]) -> None:
             table.add_row("", name, str(times.size), f"{p50:.2f}", f"{p99:.2f}", f"[{mark}]{p50 - b50:+.2f}[/]",
                           f"{p99 - b99:+.2f}")
     Console(width=140).print(table)
+    level = max(LEVELS)
+    cpu = Table("path", "process", "CPU ms / request", header_style="bold",
+                title=f"CPU per request at {level} concurrent requests, by process ({os.cpu_count()} cores shared by all)")
+    for name in (BASELINE, SHARED, FRONTEND):
+        rows = meters[(level, name)].per_unit(len(samples[(level, name)]))
+        for role, seconds in rows:
+            if seconds * 1000 >= 0.01:
+                cpu.add_row(name, role, f"{seconds * 1000:.2f}")
+        cpu.add_row(name, "[bold]all[/]", f"[bold]{sum(s for _, s in rows) * 1000:.2f}[/]", end_section=True)
+    Console(width=140).print(cpu)
 
 
 def main() -> None:
@@ -229,9 +250,10 @@ def main() -> None:
             print("starting Triton (a vLLM engine takes about a minute on a CPU) ...", flush=True)
             triton = stack.enter_context(TritonServer(repo, runtime=ensure_runtime(), startup_timeout=600))
             grpc_url = triton.grpc_url
-        frontend_url = stack.enter_context(frontend_process(grpc_url, repo))
-        samples = asyncio.run(measure(grpc_url, frontend_url, args))
-    report(samples)
+        frontend_url, frontend_pid = stack.enter_context(frontend_process(grpc_url, repo))
+        pids = [frontend_pid] + ([triton.pid] if not args.triton_grpc else [])
+        samples, meters = asyncio.run(measure(grpc_url, frontend_url, pids, args))
+    report(samples, meters)
 
 
 if __name__ == "__main__":
