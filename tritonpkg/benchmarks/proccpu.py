@@ -2,14 +2,13 @@
 machine between the servers and the client: there a path that costs more CPU per response is slower
 even when every step is fast, so the benches print where the CPU went beside the throughput.
 
-Linux only (/proc/<pid>/stat, /proc/<pid>/task); a process that exits between two readings keeps the
-CPU it had at the first (it cannot be read any more)."""
+Linux only (/proc/<pid>/stat, whose user + system times cover all of a process's threads). A process that
+exits between two readings cannot be read at the second, so what it used since the first is not counted."""
 
 from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,7 +92,3 @@ class CpuMeter:
     def per_unit(self, units: float) -> list[tuple[str, float]]:
         """[(role, CPU seconds per unit)], the largest first."""
         return sorted(((role, s / units) for role, s in self.seconds.items() if s > 0), key=lambda r: -r[1])
-
-
-def total(rows: Iterable[tuple[str, float]]) -> float:
-    return sum(value for _, value in rows)
