@@ -43,6 +43,7 @@ import triton_python_backend_utils as pb_utils
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cancellation import CancelWatch  # noqa: E402
 from request_params import ParamError, candidate_logprob, logprobs_json, normalize_sampling  # noqa: E402
+from settle import settle_after_start  # noqa: E402
 from stream_merge import Step, coalesce  # noqa: E402
 
 ENGINE_ARGS_FILE = "model.json"
@@ -178,7 +179,7 @@ class TritonPythonModel:
         self._closing = False
         self._dead: str | None = None  # why the engine is unusable, once it is
 
-        self._responses: queue.Queue = queue.Queue()
+        self._responses: queue.SimpleQueue = queue.SimpleQueue()  # put() in C: no Condition per step
         self._failed: set[int] = set()  # senders whose response could not be built: their steps are dropped
         self._tickets: dict[int, Any] = {}  # id(sender) -> its CancelWatch ticket, until the final response
         self._response_thread = threading.Thread(target=self._send_loop, name="vllm-responses", daemon=True)
@@ -207,6 +208,7 @@ class TritonPythonModel:
             )
         self._watchdog = self._start_watchdog()
         self._health_task = asyncio.run_coroutine_threadsafe(self._watch_health(), self._loop)
+        settle_after_start()
         self.logger.log_info(
             f"[vllm] model '{self.model_name}': engine started in {time.monotonic() - started:.1f} s "
             f"(model {engine_args.get('model')}, tasks {sorted(self._tasks)})"
