@@ -141,8 +141,7 @@ def create_app(settings: FrontendSettings) -> FastAPI:
         if plan.stream:
             first, rest = await _start(backend(request), entry, plan, plan.prompts[0])
             return _sse(completion_events(rid, created, body.model, plan, first, rest))
-        outputs = await _unless_client_leaves(request, asyncio.gather(
-            *(_one(backend(request), entry, plan, p) for p in plan.prompts)))
+        outputs = await _unless_client_leaves(request, _each(backend(request), entry, plan))
         return _json(completion_body(rid, created, body.model, plan.prompts, outputs, plan.echo, plan.logprobs))
 
     @app.post("/v1/chat/completions", responses={**SSE, **ERRORS})
@@ -237,6 +236,13 @@ async def _one(be: TritonBackend, entry: ModelEntry, plan: Plan, prompt: str) ->
     if len(outputs) != 1:
         raise APIError(500, f"model '{entry.name}' sent {len(outputs)} responses to a non-streamed request")
     return outputs[0]
+
+
+async def _each(be: TritonBackend, entry: ModelEntry, plan: Plan) -> list[Output]:
+    """Every prompt's output, in order; one prompt (the usual case) without gather's extra task."""
+    if len(plan.prompts) == 1:
+        return [await _one(be, entry, plan, plan.prompts[0])]
+    return list(await asyncio.gather(*(_one(be, entry, plan, p) for p in plan.prompts)))
 
 
 def _json(body: dict[str, Any]) -> Response:

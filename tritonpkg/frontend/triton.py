@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator, Iterable
 
 import grpc
+import numpy as np
 import tritonclient.grpc.aio as grpcaio
 from tritonclient.grpc import InferResult, service_pb2, service_pb2_grpc
-from tritonclient.utils import InferenceServerException
+from tritonclient.utils import InferenceServerException, triton_to_np_dtype
 
 from tritonpkg.frontend.errors import UNAVAILABLE, APIError, from_triton
 
@@ -34,6 +35,7 @@ RETURN_FLAGS = ("return_finish_reason", "return_num_input_tokens", "return_num_o
 FINAL = "triton_final_response"
 ENABLE_FINAL = "triton_enable_empty_final_response"
 MAX_MESSAGE = 256 * 1024 * 1024
+INT_FORMATS = {"UINT32": "I", "INT32": "i", "UINT64": "Q", "INT64": "q"}  # memoryview formats (native order, as numpy's)
 Input = tuple[str, Any]  # (tensor name, str, list of str or bool)
 
 
@@ -68,11 +70,30 @@ def build_request(model: str, request_id: str, inputs: Iterable[Input]) -> servi
     return request
 
 
-def _strings(result: InferResult, name: str) -> list[str] | None:
-    values = result.as_numpy(name)
-    if values is None:
+def _raw_outputs(response: service_pb2.ModelInferResponse) -> dict[str, tuple[str, bytes]]:
+    """Output name -> (datatype, raw bytes): Triton's gRPC responses carry every output in raw form."""
+    return {o.name: (o.datatype, raw) for o, raw in zip(response.outputs, response.raw_output_contents)}
+
+
+def _strings(outputs: dict[str, tuple[str, bytes]], name: str) -> list[str] | None:
+    """A BYTES output's elements (each a 4-byte little-endian length, then the bytes) as text."""
+    if name not in outputs:
         return None
-    return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in values.reshape(-1)]
+    raw, items, i = outputs[name][1], [], 0
+    while i + 4 <= len(raw):
+        end = i + 4 + int.from_bytes(raw[i:i + 4], "little")
+        items.append(raw[i + 4:end].decode("utf-8", "replace"))
+        i = end
+    return items
+
+
+def _integers(outputs: dict[str, tuple[str, bytes]], name: str) -> list[int] | None:
+    if name not in outputs:
+        return None
+    datatype, raw = outputs[name]
+    if datatype in INT_FORMATS:  # the token counts: no numpy array for one number
+        return memoryview(raw).cast(INT_FORMATS[datatype]).tolist()
+    return [int(v) for v in np.frombuffer(raw, dtype=triton_to_np_dtype(datatype))]
 
 
 def _positions(raw: str) -> list[dict[str, Any]] | None:
@@ -88,17 +109,19 @@ def _positions(raw: str) -> list[dict[str, Any]] | None:
     return rows
 
 
-def parse_output(result: InferResult) -> Output:
-    texts = _strings(result, "text_output") or [""]
-    reasons = _strings(result, "finish_reason")
-    n_in = result.as_numpy("num_input_tokens")
-    n_out = result.as_numpy("num_output_tokens")
-    logprobs = _strings(result, "logprobs")
+def parse_output(response: service_pb2.ModelInferResponse) -> Output:
+    """One generate response, read from the protobuf directly (InferResult's numpy conversions cost
+    more than the rest of the parse, per response)."""
+    outputs = _raw_outputs(response)
+    texts = _strings(outputs, "text_output") or [""]
+    reasons = _strings(outputs, "finish_reason")
+    n_in = _integers(outputs, "num_input_tokens")
+    logprobs = _strings(outputs, "logprobs")
     return Output(
         texts=texts,
         finish_reasons=[r or None for r in reasons] if reasons is not None else [None] * len(texts),
-        prompt_tokens=int(n_in.reshape(-1)[0]) if n_in is not None else None,
-        completion_tokens=[int(v) for v in n_out.reshape(-1)] if n_out is not None else None,
+        prompt_tokens=n_in[0] if n_in else None,
+        completion_tokens=_integers(outputs, "num_output_tokens"),
         logprobs=[_positions(raw) for raw in logprobs] if logprobs is not None else None,
     )
 
@@ -268,6 +291,11 @@ class TritonBackend:
     async def infer(self, model: str, inputs: list[Input], own_stream: bool = False) -> AsyncIterator[InferResult]:
         """Send one request; yield each response that carries outputs. With `own_stream`, leaving early
         cancels the request in Triton."""
+        async for response in self._responses(model, inputs, own_stream):
+            yield InferResult(response)
+
+    async def _responses(self, model: str, inputs: list[Input], own_stream: bool = False):
+        """`infer` without the InferResult wrapper: the ModelInferResponse protobufs."""
         request = build_request(model, f"fe-{next(self._ids)}", inputs)
         responses = self._own(request) if own_stream else self._pool.send(request, self.timeout_s)
         try:
@@ -275,7 +303,7 @@ class TritonBackend:
                 if response.error_message:
                     raise from_triton(response.error_message)
                 if response.infer_response.outputs:
-                    yield InferResult(response.infer_response)
+                    yield response.infer_response
         finally:
             await responses.aclose()  # type: ignore[attr-defined]
 
@@ -300,8 +328,8 @@ class TritonBackend:
                                ("sampling_parameters", json.dumps(params)), ("exclude_input_in_output", True)]
         wanted = set(RETURN_FLAGS) if "logprobs" in params else set(RETURN_FLAGS) - {"return_logprobs"}
         inputs += [(flag, True) for flag in RETURN_FLAGS if flag in wanted and flag in returns]
-        async for result in self.infer(model, inputs, own_stream=stream):
-            yield parse_output(result)
+        async for response in self._responses(model, inputs, own_stream=stream):
+            yield parse_output(response)
 
     async def score(self, model: str, query: str, documents: list[str]) -> tuple[Any, int]:
         """A `scoring`-template model: (one relevance score per document, in order; tokens it read). Its
