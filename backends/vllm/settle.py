@@ -14,8 +14,8 @@ def settle_after_start() -> None:
     try:
         from vllm.envs import enable_envs_cache
     except ImportError:  # an older vLLM without the cache
-        enable_envs_cache = None
-    if enable_envs_cache is not None:
+        pass
+    else:
         enable_envs_cache()
     gc.collect()
     gc.freeze()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
