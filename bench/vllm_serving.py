@@ -16,6 +16,7 @@ where the CPU went at 16 streams: each server's processes and this client, in CP
 Both servers run in this process's session (their own process groups): a server in a session of its
 own is another scheduler autogroup, which on 2 cores left this client runnable but unscheduled for
 0.6-0.9 s at a time, and the bench then measured the scheduler (tritonpkg.runtime.supervisor).
+`vllm serve`'s engine processes get the nice value the backend gives its own (10 on a CPU-only host).
 """
 
 from __future__ import annotations
@@ -185,6 +186,16 @@ def triton_server(weights: Path, work: Path):
         yield srv.http_url, srv.pid
 
 
+def engine_priority_as_in_triton(api_server: int) -> None:
+    """`vllm serve`'s engine processes at the nice value tritonpkg's backend gives its own on this host
+    (backends/vllm/priority.py), so that the comparison stays like for like."""
+    sys.path.insert(0, str(ROOT / "backends" / "vllm"))
+    from priority import ENV, engine_niceness, lower_engine_priority
+    from vllm.platforms import current_platform
+
+    lower_engine_priority(engine_niceness(os.environ.get(ENV), current_platform.is_cpu()), parent=api_server)
+
+
 @contextlib.contextmanager
 def vllm_server(weights: Path):
     port = free_port()
@@ -206,6 +217,7 @@ def vllm_server(weights: Path):
             wait_http(f"http://127.0.0.1:{port}/health", 600, proc)
         except RuntimeError as exc:
             raise RuntimeError(f"vllm serve: {exc}; log: {log}\n{log.read_text()[-3000:]}") from None
+        engine_priority_as_in_triton(proc.pid)
         yield f"http://127.0.0.1:{port}", proc.pid
     finally:
         try:

@@ -43,6 +43,7 @@ import triton_python_backend_utils as pb_utils
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cancellation import CancelWatch  # noqa: E402
 from request_params import ParamError, candidate_logprob, logprobs_json, normalize_sampling  # noqa: E402
+from priority import ENV as NICE_ENV, engine_niceness, lower_engine_priority  # noqa: E402
 from settle import settle_after_start  # noqa: E402
 from stream_merge import Step, coalesce  # noqa: E402
 
@@ -173,6 +174,12 @@ class TritonPythonModel:
         )
         self._declared_outputs = {o["name"] for o in model_config.get("output", [])}
         engine_args = self._read_engine_args(args)
+        from vllm.platforms import current_platform
+
+        try:
+            self._engine_nice = engine_niceness(os.environ.get(NICE_ENV), current_platform.is_cpu())
+        except ValueError as exc:
+            raise pb_utils.TritonModelException(f"model '{self.model_name}': {exc}") from None
         self._sampling_fields = _sampling_fields(SamplingParams)
         self._structured_fields = {f.name for f in dataclasses.fields(StructuredOutputsParams) if not f.name.startswith("_")}
         self._requests: dict[str, Any] = {}
@@ -206,12 +213,14 @@ class TritonPythonModel:
                 f"model '{self.model_name}': the engine supports {sorted(self._tasks)}; this backend serves "
                 "'generate' and 'embed'"
             )
+        niced = lower_engine_priority(self._engine_nice)  # before the watchdog: only the engine's processes
         self._watchdog = self._start_watchdog()
         self._health_task = asyncio.run_coroutine_threadsafe(self._watch_health(), self._loop)
         settle_after_start()
         self.logger.log_info(
             f"[vllm] model '{self.model_name}': engine started in {time.monotonic() - started:.1f} s "
-            f"(model {engine_args.get('model')}, tasks {sorted(self._tasks)})"
+            f"(model {engine_args.get('model')}, tasks {sorted(self._tasks)}"
+            + (f", {len(niced)} engine processes at nice {self._engine_nice}" if niced else "") + ")"
         )
 
     def _start_watchdog(self):

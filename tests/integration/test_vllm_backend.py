@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import queue
 import re
 import signal
@@ -458,6 +459,22 @@ def test_vllm_metric_families_are_written_in_multiprocess_mode(server, metrics_d
     print("vLLM metric families:", families)
     assert len(families) > 9
     assert {"vllm:num_requests_running", "vllm:generation_tokens", "vllm:time_to_first_token_seconds"} <= set(families)
+
+
+def test_engine_processes_run_at_nice_10_on_this_cpu_host_and_the_stub_at_0(server):
+    """The busy-waiting engine processes yield to the response path (backends/vllm/priority.py)."""
+    import psutil
+
+    stubs = [p for p in psutil.Process(server.pid).children(recursive=True)
+             if "triton_python_backend_stub" in " ".join(p.cmdline())]
+    assert len(stubs) == 2, stubs  # tiny_llm and minilm
+    for stub in stubs:
+        assert {os.getpriority(os.PRIO_PROCESS, t.id) for t in stub.threads()} == {0}
+        engines = [c for c in stub.children(recursive=True) if c.cmdline() and c.cmdline()[0].startswith("VLLM::")]
+        assert engines, stub.children(recursive=True)
+        for engine in engines:
+            nices = {os.getpriority(os.PRIO_PROCESS, t.id) for t in engine.threads()}
+            assert min(nices) >= 10, (engine.cmdline(), nices)
 
 
 def test_zz_dead_engine_fails_requests_and_unloads_the_model(server):
