@@ -5,9 +5,10 @@ vLLM's EngineCore and its workers hand each step over a shared-memory ring whose
 runnable. Where they share the cores with everything else (a CPU-only host), the response path (this
 stub, tritonserver, an OpenAI frontend, the clients) waits behind that spin for every wake-up. At a higher
 nice value the spin only takes CPU nobody else asks for, and the engine's own compute still gets every
-idle cycle. Measured on 2 cores (bench/README.md): p50 of 8 concurrent tiny-model requests straight to
-Triton 2-14% lower in five A/B runs out of five. On a GPU host the engine feeds the GPU and the cores are
-rarely all busy, so there the default leaves the priority alone.
+idle cycle. Measured on 2 cores (five A/B runs, backends/vllm/README.md): p50 of 8 concurrent tiny-model
+requests 2-14% lower straight to Triton and 5-13% lower through the OpenAI frontend in all five; at one
+request, no change beyond the noise. On a GPU host the engine feeds the GPU and the cores are rarely all
+busy, so there the default leaves the priority alone.
 
 Raising nice needs no privilege, lowering it does, so this only ever raises it."""
 
