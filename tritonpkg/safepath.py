@@ -1,0 +1,81 @@
+"""The one path rule: every name that comes from outside (an S3/fsspec/HF key, a spec's `python.files`
+entry, an archive member, a manifest entry, a wheel's RECORD) and becomes a path goes through here.
+
+A name is accepted only as a relative POSIX path of non-empty segments, none of them `.` or `..`, with no
+NUL or control character, of bounded length; joined to its root, it must still resolve under that root
+with every existing folder on the way followed. A violation names the source, a short quote of the key
+and the rule broken, and is raised before anything is written."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path, PurePosixPath
+
+from tritonpkg.errors import TritonpkgError
+
+MAX_SEGMENT_BYTES = 255  # NAME_MAX of Linux file systems
+MAX_NAME_BYTES = 4096  # PATH_MAX
+QUOTE_CHARS = 80
+
+
+class UnsafePathError(TritonpkgError):
+    """A name from outside would become a path that leaves its root (or is not a plain relative path)."""
+
+    def __init__(self, name: str, rule: str, *, source: str | Path | None, what: str = "key") -> None:
+        self.name, self.rule = name, rule
+        super().__init__(f"{what} {quote(name)} breaks the path rule: {rule}", file=source, field=what,
+                         expected="a relative path of non-empty segments, without '.', '..', NUL or control "
+                                  "characters, that stays under its root")
+
+
+def quote(name: object, limit: int = QUOTE_CHARS) -> str:
+    """`repr` of at most `limit` characters of `name`, so an error line stays one short line."""
+    text = str(name)
+    if len(text) <= limit:
+        return repr(text)
+    return repr(text[:limit]) + f"... ({len(text)} characters)"
+
+
+def check_name(name: object, *, source: str | Path | None, what: str = "key") -> str:
+    """`name` normalized to `a/b/c`, or UnsafePathError saying which rule it breaks."""
+    if not isinstance(name, str):
+        raise UnsafePathError(str(name), f"a {type(name).__name__} is not a name", source=source, what=what)
+    if not name:
+        raise UnsafePathError(name, "the name is empty", source=source, what=what)
+    if any(ord(c) < 0x20 or c == "\x7f" for c in name):
+        raise UnsafePathError(name, "NUL or a control character", source=source, what=what)
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise UnsafePathError(name, "not valid UTF-8 (a lone surrogate)", source=source, what=what) from None
+    if size > MAX_NAME_BYTES:
+        raise UnsafePathError(name, f"longer than {MAX_NAME_BYTES} bytes", source=source, what=what)
+    if name.startswith("/"):
+        raise UnsafePathError(name, "an absolute path", source=source, what=what)
+    segments = name.split("/")
+    for segment in segments:
+        if segment == "":
+            raise UnsafePathError(name, "an empty segment ('//' or a trailing '/')", source=source, what=what)
+        if segment in (".", ".."):
+            raise UnsafePathError(name, f"a {segment!r} segment", source=source, what=what)
+        if len(segment.encode("utf-8")) > MAX_SEGMENT_BYTES:
+            raise UnsafePathError(name, f"a segment longer than {MAX_SEGMENT_BYTES} bytes", source=source, what=what)
+    return "/".join(segments)
+
+
+def within(path: str | Path, root: str | Path) -> bool:
+    """`path`, every link followed, is `root` or below it (`root`'s own links followed too)."""
+    real, base = os.path.realpath(path), os.path.realpath(root)
+    return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
+
+
+def join_under(root: str | Path, name: object, *, source: str | Path | None, what: str = "key") -> Path:
+    """`root/name` after `check_name`, refused when an existing folder or link on the way leads out of
+    `root`, or when the name itself is an existing symlink (a write would follow it)."""
+    rel = check_name(name, source=source, what=what)
+    path = Path(root) / PurePosixPath(rel)
+    if not within(path.parent, root):
+        raise UnsafePathError(rel, "a folder on the way is a link that leaves the root", source=source, what=what)
+    if path.is_symlink():
+        raise UnsafePathError(rel, "an existing symlink where a file is written", source=source, what=what)
+    return path
