@@ -9,6 +9,7 @@ and the rule broken, and is raised before anything is written."""
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path, PurePosixPath
 
 from tritonpkg.errors import TritonpkgError
@@ -42,14 +43,7 @@ def check_name(name: object, *, source: str | Path | None, what: str = "key") ->
         raise UnsafePathError(str(name), f"a {type(name).__name__} is not a name", source=source, what=what)
     if not name:
         raise UnsafePathError(name, "the name is empty", source=source, what=what)
-    if any(ord(c) < 0x20 or c == "\x7f" for c in name):
-        raise UnsafePathError(name, "NUL or a control character", source=source, what=what)
-    try:
-        size = len(name.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise UnsafePathError(name, "not valid UTF-8 (a lone surrogate)", source=source, what=what) from None
-    if size > MAX_NAME_BYTES:
-        raise UnsafePathError(name, f"longer than {MAX_NAME_BYTES} bytes", source=source, what=what)
+    _check_text(name, source=source, what=what)
     if name.startswith("/"):
         raise UnsafePathError(name, "an absolute path", source=source, what=what)
     segments = name.split("/")
@@ -61,6 +55,21 @@ def check_name(name: object, *, source: str | Path | None, what: str = "key") ->
         if len(segment.encode("utf-8")) > MAX_SEGMENT_BYTES:
             raise UnsafePathError(name, f"a segment longer than {MAX_SEGMENT_BYTES} bytes", source=source, what=what)
     return "/".join(segments)
+
+
+def _check_text(name: str, *, source: str | Path | None, what: str) -> None:
+    """The character and size rules: no NUL or control character, valid UTF-8, at most MAX_NAME_BYTES
+    (an overlong name is refused before its characters are looked at)."""
+    if len(name) > MAX_NAME_BYTES:
+        raise UnsafePathError(name, f"longer than {MAX_NAME_BYTES} bytes", source=source, what=what)
+    if any(ord(c) < 0x20 or c == "\x7f" for c in name):
+        raise UnsafePathError(name, "NUL or a control character", source=source, what=what)
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise UnsafePathError(name, "not valid UTF-8 (a lone surrogate)", source=source, what=what) from None
+    if size > MAX_NAME_BYTES:
+        raise UnsafePathError(name, f"longer than {MAX_NAME_BYTES} bytes", source=source, what=what)
 
 
 def within(path: str | Path, root: str | Path) -> bool:
@@ -79,3 +88,55 @@ def join_under(root: str | Path, name: object, *, source: str | Path | None, wha
     if path.is_symlink():
         raise UnsafePathError(rel, "an existing symlink where a file is written", source=source, what=what)
     return path
+
+
+def open_inside(path: str | Path, root: str | Path, *, name: str, source: str | Path | None,
+                what: str = "key") -> int:
+    """A read-only fd of `path`, refused unless the file it opens, every link followed, is a regular file
+    under `root`. Checked on the open file where /proc shows it, so a link swapped in after a listing is
+    caught too; a FIFO is opened without blocking and refused."""
+    if not within(path, root):
+        raise UnsafePathError(name, f"a link to {quote(os.path.realpath(path))}, outside {quote(root)}",
+                              source=source, what=what)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if _PROC_FD and not within(f"/proc/self/fd/{fd}", root):
+            raise UnsafePathError(name, f"a link that now leads outside {quote(root)}", source=source, what=what)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnsafePathError(name, "not a regular file", source=source, what=what)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def link_target(name: str, target: object, *, symbolic: bool, source: str | Path | None,
+                what: str = "link") -> str:
+    """Where a link member `name` -> `target` points, as a name under the root ('' for the root itself):
+    a symlink resolves against its own folder, a hard link against the root. `..` may climb inside a
+    symlink's target but never above the root; the target obeys the rest of the rule (no absolute path,
+    empty target, NUL or control character, bounded length)."""
+    if not isinstance(target, str) or not target:
+        raise UnsafePathError(str(target), "an empty link target", source=source, what=what)
+    if target.startswith("/"):
+        raise UnsafePathError(target, "an absolute link target", source=source, what=what)
+    if not symbolic:
+        return check_name(target, source=source, what=what)
+    _check_text(target, source=source, what=what)
+    stack = check_name(name, source=source, what=what).split("/")[:-1]
+    for segment in target.split("/"):
+        if segment in ("", "."):
+            continue
+        if len(segment.encode("utf-8")) > MAX_SEGMENT_BYTES:
+            raise UnsafePathError(target, f"a segment longer than {MAX_SEGMENT_BYTES} bytes", source=source, what=what)
+        if segment == "..":
+            if not stack:
+                raise UnsafePathError(target, "a link target above the root", source=source, what=what)
+            stack.pop()
+        else:
+            stack.append(segment)
+    return "/".join(stack)
+
+
+_PROC_FD = os.path.isdir("/proc/self/fd")  # where an open file's real path can be read back (Linux)

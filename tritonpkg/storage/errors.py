@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tritonpkg.errors import TritonpkgError
+from tritonpkg.safepath import UnsafePathError
 
 
 class StorageError(TritonpkgError):
@@ -15,3 +16,8 @@ class SourceChangedError(StorageError):
 
 class ChecksumError(StorageError):
     """Downloaded bytes do not match the checksum the source or a manifest promised."""
+
+
+class UnsafeKeyError(UnsafePathError, StorageError):
+    """A source lists a key that would become a path outside the materialization (the one path rule of
+    tritonpkg.safepath); raised before the staging folder exists."""

@@ -9,10 +9,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tritonpkg.safepath import UnsafePathError, check_name
 from tritonpkg.storage.layout import MANIFEST, READY
 from tritonpkg.storage.objects import RemoteFile
 
 FORMAT = 1
+MAX_BYTES = 256 << 20  # a manifest of a million files is ~200 MB; a larger one is not read
 
 
 def build(source: str, model: str, revision: str, files: list[RemoteFile], sha256: dict[str, str],
@@ -45,9 +47,20 @@ def read_ready(directory: Path) -> dict[str, Any] | None:
     if not (directory / READY).is_file():
         return None
     try:
-        return json.loads((directory / MANIFEST).read_text())
+        with open(directory / MANIFEST, "rb") as fh:
+            data = json.loads(fh.read(MAX_BYTES + 1)) if os.fstat(fh.fileno()).st_size <= MAX_BYTES else None
     except (OSError, ValueError):
         return None
+    if not isinstance(data, dict) or not isinstance(data.get("files", {}), dict):
+        return None
+    try:  # entries name files under `directory`: the one path rule, as for a source's keys
+        for name, entry in data.get("files", {}).items():
+            check_name(name, source=directory / MANIFEST, what="manifest entry")
+            if not isinstance(entry, dict):
+                return None
+    except UnsafePathError:
+        return None
+    return data
 
 
 def matches(manifest: dict[str, Any], files: list[RemoteFile], directory: Path) -> bool:

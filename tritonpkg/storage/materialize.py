@@ -11,9 +11,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from tritonpkg import safepath
 from tritonpkg.repository.atomic import fsync_tree
 from tritonpkg.storage import layout, locks, manifest, plan, space, transfer
-from tritonpkg.storage.errors import ChecksumError, SourceChangedError, StorageError
+from tritonpkg.storage.errors import ChecksumError, SourceChangedError, StorageError, UnsafeKeyError
 from tritonpkg.storage.journal import Journal
 from tritonpkg.storage.objects import RemoteFile, listing_digest
 from tritonpkg.storage.sources import Source, open_source
@@ -65,6 +66,7 @@ def materialize(source: str, root: str | Path, *, name: str | None = None, revis
                       concurrency=concurrency)
     try:
         files = src.list_files()
+        check_paths(files, source)
         _check_reserved(files, source)
         model = layout.check_name(name or src.default_name(), "name")
         rev = layout.check_name(_revision_name(src, files, revision), "revision")
@@ -85,6 +87,24 @@ def _revision_name(src: Source, files: list[RemoteFile], revision: str | None) -
     if own:
         return own
     return revision or "sha256-" + listing_digest(files)[:16]
+
+
+def check_paths(files: list[RemoteFile], source: str) -> None:
+    """Every listed name passes the one path rule, checked on the whole listing before anything is made
+    under ROOT; the error quotes the key as the source spells it. A name that is also another's folder
+    (`a` and `a/b`, both objects in S3) could not be written either."""
+    names = {f.path for f in files}
+    for f in files:
+        try:
+            safepath.check_name(f.path, source=source)
+        except safepath.UnsafePathError as exc:
+            rule = exc.rule if f.key == f.path else f"{exc.rule} (path {safepath.quote(f.path)} under the source)"
+            raise UnsafeKeyError(f.key, rule, source=source) from None
+        parts = f.path.split("/")
+        for i in range(1, len(parts)):
+            if "/".join(parts[:i]) in names:
+                raise UnsafeKeyError(f.key, f"{safepath.quote('/'.join(parts[:i]))} is both a file and a folder",
+                                     source=source)
 
 
 def _check_reserved(files: list[RemoteFile], source: str) -> None:

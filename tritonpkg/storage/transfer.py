@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
+from tritonpkg.safepath import join_under
 from tritonpkg.storage.errors import ChecksumError, SourceChangedError
 from tritonpkg.storage.hashing import OrderedDigest
 from tritonpkg.storage.journal import Journal
@@ -85,7 +86,7 @@ def run(source: Source, plans: list[FilePlan], tree: Path, journal: Journal, *, 
             for plan in plans:
                 if plan.reuse is not None or state.failed.is_set():
                     continue
-                fd = _open_staged(tree / plan.file.path, plan.file.size, fresh=not plan.staged)
+                fd = _open_staged(tree, plan.file.path, plan.file.size, fresh=not plan.staged)
                 fds.append(fd)
                 if not plan.parts:
                     state.stats.sha256[plan.file.path] = _finish(plan, hashlib.sha256(), hashlib.md5())
@@ -165,9 +166,11 @@ def _finish(plan: FilePlan, sha256, md5) -> str:
     return got
 
 
-def _open_staged(path: Path, size: int, fresh: bool) -> int:
+def _open_staged(tree: Path, name: str, size: int, fresh: bool) -> int:
+    """The staged file of `name`, joined under `tree` by the one path rule and never opened through a link."""
+    path = join_under(tree, name, source=str(tree))
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | (os.O_TRUNC if fresh else 0), 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | (os.O_TRUNC if fresh else 0), 0o644)
     os.ftruncate(fd, size)
     return fd
 
@@ -177,7 +180,7 @@ def _link(plan: FilePlan, tree: Path, state: _Run) -> None:
     import shutil
 
     assert plan.reuse is not None and plan.reuse_sha256 is not None
-    target = tree / plan.file.path
+    target = join_under(tree, plan.file.path, source=str(tree))
     target.parent.mkdir(parents=True, exist_ok=True)
     target.unlink(missing_ok=True)
     try:

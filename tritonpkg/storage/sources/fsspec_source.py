@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tritonpkg.storage.errors import SourceChangedError, StorageError
+from tritonpkg.storage.errors import SourceChangedError, StorageError, UnsafeKeyError
 from tritonpkg.storage.objects import RemoteFile
 
 
@@ -36,7 +36,7 @@ class FsspecSource:
             if info.get("type") == "directory":
                 continue
             etag = info.get("ETag") or info.get("etag") or info.get("md5Hash") or info.get("mtime") or info.get("created")
-            files.append(RemoteFile(path=path[len(self.root):].lstrip("/"), key=path, size=int(info["size"]),
+            files.append(RemoteFile(path=relative_key(path, self.root, self.url), key=path, size=int(info["size"]),
                                     etag=str(etag) if etag is not None else None))
         if not files:
             raise StorageError(f"no files under {self.url}", field="SOURCE", expected="a folder holding the model files")
@@ -53,3 +53,11 @@ class FsspecSource:
 
     def close(self) -> None:
         pass
+
+
+def relative_key(path: str, root: str, source: str) -> str:
+    """`path` below `root` with exactly the one separator between them removed: a `//` or a leading `/`
+    that is left stays visible to the path rule instead of being stripped away."""
+    if root and not path.startswith(root + "/"):
+        raise UnsafeKeyError(path, "the listing names a path outside the source's root", source=source)
+    return path[len(root) + 1:] if root else path.removeprefix("/")

@@ -8,8 +8,10 @@ import os
 import re
 from pathlib import Path
 
-from tritonpkg.storage.errors import SourceChangedError, StorageError
+from tritonpkg import safepath
+from tritonpkg.storage.errors import SourceChangedError, StorageError, UnsafeKeyError
 from tritonpkg.storage.objects import RemoteFile
+from tritonpkg.storage.sources.fsspec_source import relative_key
 from tritonpkg.storage.sources.local import LocalSource
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -19,6 +21,10 @@ def parse_url(url: str, revision: str | None = None) -> tuple[str, str]:
     repo, _, rev = url.removeprefix("hf://").partition("@")
     if repo.count("/") != 1 or not all(repo.split("/")):
         raise StorageError("not a Hugging Face repository URL", field=url, expected="hf://org/name@revision")
+    try:
+        safepath.check_name(repo, source=url, what="repository")
+    except safepath.UnsafePathError as exc:
+        raise UnsafeKeyError(repo, exc.rule, source=url, what="repository") from None
     return repo, rev or revision or "main"
 
 
@@ -40,9 +46,15 @@ def cached_snapshot(url: str, repo: str, rev: str, cache: Path | None) -> LocalS
 
         cache = Path(constants.HF_HUB_CACHE)
     repo_dir = Path(cache).expanduser() / ("models--" + repo.replace("/", "--"))
-    ref = repo_dir / "refs" / rev
+    try:
+        ref = safepath.join_under(repo_dir / "refs", rev, source=url, what="revision")
+    except safepath.UnsafePathError as exc:
+        raise UnsafeKeyError(rev, exc.rule, source=url, what="revision") from None
     if ref.is_file():
-        commit = ref.read_text().strip()
+        commit = ref.read_text(errors="replace")[:64].strip()
+        if not _COMMIT.match(commit):
+            raise StorageError(f"ref {safepath.quote(rev)} holds {safepath.quote(commit)}, not a commit", file=ref,
+                               expected="40 hexadecimal digits (a Hugging Face cache written by huggingface_hub)")
     elif _COMMIT.match(rev):
         commit = rev
     else:
@@ -52,7 +64,8 @@ def cached_snapshot(url: str, repo: str, rev: str, cache: Path | None) -> LocalS
     if not snapshot.is_dir():
         raise StorageError(f"snapshot {commit} of {repo} is not in the local Hugging Face cache", file=snapshot,
                            expected="snapshots/<commit>/ holding the model files")
-    return LocalSource(snapshot, url=url, name=repo.replace("/", "--"), revision=commit)
+    # The snapshot's files are links into ../../blobs: the repository's cache folder bounds where they may lead.
+    return LocalSource(snapshot, url=url, name=repo.replace("/", "--"), revision=commit, link_root=repo_dir)
 
 
 class HfSource:
@@ -83,7 +96,7 @@ class HfSource:
             if info.get("type") != "file":
                 continue
             lfs = info.get("lfs") or {}
-            files.append(RemoteFile(path=path[len(root):].lstrip("/"), key=path, size=int(info["size"]),
+            files.append(RemoteFile(path=relative_key(path, root, self.url), key=path, size=int(info["size"]),
                                     etag=info.get("blob_id"), sha256=lfs.get("sha256")))
         if not files:
             raise StorageError(f"no files in {self.url}", expected="a repository holding model files")

@@ -7,7 +7,8 @@ import threading
 from pathlib import Path
 from typing import Iterator
 
-from tritonpkg.storage.errors import SourceChangedError, StorageError
+from tritonpkg.safepath import UnsafePathError, open_inside, quote, within
+from tritonpkg.storage.errors import SourceChangedError, StorageError, UnsafeKeyError
 from tritonpkg.storage.objects import RemoteFile
 from tritonpkg.storage.sources import CHUNK
 
@@ -16,8 +17,11 @@ RESERVED = frozenset({"READY", "tritonpkg-manifest.json"})
 
 class LocalSource:
     def __init__(self, directory: Path, *, url: str | None = None, name: str | None = None,
-                 revision: str | None = None) -> None:
+                 revision: str | None = None, link_root: Path | None = None) -> None:
+        """`link_root` (default: `directory`) is where the source's symlinks may lead; a HF cache
+        snapshot passes its repository folder, which holds the blobs its links point at."""
         self.directory = directory.expanduser().absolute()
+        self.link_root = link_root.expanduser().absolute() if link_root is not None else self.directory
         self.url = url or str(self.directory)
         self._name = name
         self._revision = revision
@@ -42,6 +46,7 @@ class LocalSource:
                 rel = full.relative_to(self.directory).as_posix()
                 if rel in RESERVED:
                     continue  # markers of a materialization used as a source
+                self._check_inside(full, rel)
                 try:
                     st = full.stat()
                 except FileNotFoundError as exc:
@@ -65,14 +70,24 @@ class LocalSource:
             pos += len(data)
             yield data
 
+    def _check_inside(self, full: Path, rel: str) -> None:
+        """A file, or a link whose target (every link on the way followed) stays under `link_root`."""
+        if not within(full, self.link_root):
+            where = "" if self.link_root == self.directory else f" ({self.link_root})"
+            raise UnsafeKeyError(rel, f"a symlink to {quote(os.path.realpath(full))}, outside the source{where}",
+                                 source=self.url)
+
     def _fd(self, f: RemoteFile) -> int:
         with self._lock:
             fd = self._fds.get(f.key)
             if fd is None:
                 try:
-                    fd = self._fds[f.key] = os.open(f.key, os.O_RDONLY)
+                    fd = open_inside(f.key, self.link_root, name=f.path, source=self.url)
                 except FileNotFoundError as exc:
                     raise SourceChangedError("a listed file disappeared", file=f.key) from exc
+                except UnsafePathError as exc:  # changed since the listing
+                    raise UnsafeKeyError(f.path, exc.rule, source=self.url) from None
+                self._fds[f.key] = fd
             return fd
 
     def close(self) -> None:
