@@ -59,7 +59,7 @@ def refuse(place: Path, members: list[tuple], match: str, limits: UnpackLimits =
 
 
 def test_zip_slip_is_refused(place: Path) -> None:
-    refuse(place, [member("repository/a.txt", b"ok"), member("../../escaped.txt", b"x")], "contains '..'")
+    refuse(place, [member("repository/a.txt", b"ok"), member("../../escaped.txt", b"x")], "'..' segment")
 
 
 def test_absolute_path_is_refused(place: Path) -> None:

@@ -1,11 +1,12 @@
 """Safe extraction of a model package (`tritonpkg package --archive`), then verification against its lock.
 
 A package archive comes from elsewhere (a registry, a bucket, a colleague), so it is treated as hostile:
-one streaming pass checks each member before anything of it is written — no absolute path, no `..`, no
-link leaving the target, no device/FIFO/sparse member, no duplicate, nothing written through a link — and
-stops as soon as the member count or the expanded size passes its limit (a gzip bomb is refused without
-being inflated). Members are written by this module, not by tarfile, so owners and mode bits from the
-archive never reach the disk. Everything lands in a staging folder beside the target that is renamed into
+one streaming pass checks each member before anything of it is written — its name under the one path rule
+(tritonpkg.safepath), no link leaving the target, no device/FIFO/sparse member, no duplicate, nothing
+written through a link — and stops as soon as the member count or the expanded size, extended headers
+included, passes its limit (a gzip bomb is refused without being inflated; a GNU long-name or pax header
+is refused by its declared size before tarfile reads it). Members are written by this module, not by
+tarfile, so owners never reach the disk and permission bits only narrow (no setuid, no group/other write). Everything lands in a staging folder beside the target that is renamed into
 place only when the whole archive passed: a refused archive leaves no half-unpacked target."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from tritonpkg import safepath
 from tritonpkg.errors import PackageError
 from tritonpkg.repository import lock as lock_mod
 from tritonpkg.repository.archive import REPO_PREFIX, WHEELS_PREFIX
@@ -25,6 +27,10 @@ from tritonpkg.repository.archive import REPO_PREFIX, WHEELS_PREFIX
 COPY_CHUNK = 1 << 20
 DEFAULT_MAX_MEMBERS = 20_000
 DEFAULT_MAX_BYTES = 4 << 30
+MAX_HEADER_BYTES = 64 << 10  # one GNU long-name/long-link or pax header: a 4 KiB name, a link, a few records
+MAX_HEADER_CHAIN = 8  # extended headers before one member (pax global + pax + GNU L + K in practice)
+_EXTENDED = {tarfile.GNUTYPE_LONGNAME: "GNU long-name", tarfile.GNUTYPE_LONGLINK: "GNU long-link",
+             tarfile.XHDTYPE: "pax", tarfile.XGLTYPE: "pax global", tarfile.SOLARIS_XHDTYPE: "Solaris pax"}
 
 
 class UnsafeArchiveError(PackageError):
@@ -85,12 +91,67 @@ def unpack_archive(archive: str | Path, target: str | Path, limits: UnpackLimits
     return result
 
 
+class _Budget:
+    """The expanded bytes of one unpack, headers included, checked as each header is parsed."""
+
+    def __init__(self, archive: Path, limits: UnpackLimits) -> None:
+        self.archive, self.limits = archive, limits
+        self.used = 0
+        self.chain = 0  # extended headers seen since the last member header
+
+    def take(self, n: int, where: str) -> None:
+        self.used += n
+        if self.used > self.limits.max_bytes:
+            raise UnsafeArchiveError(f"expanded size passes {self.limits.max_bytes} bytes at {where}",
+                                     file=self.archive, expected=f"at most {self.limits.max_bytes} bytes, headers "
+                                                                 "included (UnpackLimits.max_bytes)")
+
+    def header(self, info: tarfile.TarInfo) -> None:
+        """Called with each raw 512-byte header before tarfile reads what follows it: an extended header's
+        size is bounded here, before tarfile allocates a buffer of that size to read it into."""
+        kind = _EXTENDED.get(info.type)
+        if info.type == tarfile.GNUTYPE_SPARSE:
+            raise UnsafeArchiveError("a GNU sparse member", file=self.archive, expected="regular files")
+        if kind is None:
+            self.chain = 0
+            self.take(tarfile.BLOCKSIZE, "a member header")
+            return
+        if info.size > MAX_HEADER_BYTES:
+            raise UnsafeArchiveError(f"a {kind} header of {info.size} bytes", file=self.archive,
+                                     expected=f"extended headers of at most {MAX_HEADER_BYTES} bytes")
+        self.chain += 1
+        if self.chain > MAX_HEADER_CHAIN:
+            raise UnsafeArchiveError(f"more than {MAX_HEADER_CHAIN} extended headers in a row", file=self.archive,
+                                     expected="a few extended headers before each member")
+        self.take(tarfile.BLOCKSIZE + -(-info.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE, f"a {kind} header")
+
+
+def _bounded_tarinfo(budget: _Budget) -> type[tarfile.TarInfo]:
+    """A TarInfo whose header processing goes through `budget` first. tarfile reads every header of a
+    member, extended ones included, through the class it was opened with (`fromtarfile` -> `_proc_member`),
+    so this is the one place that sees a header's declared size before the read."""
+
+    def sparse(*_args, **_kwargs):
+        raise UnsafeArchiveError("a GNU sparse member (pax sparse map)", file=budget.archive,
+                                 expected="regular files")
+
+    class BoundedTarInfo(tarfile.TarInfo):
+        def _proc_member(self, tarfile_):
+            budget.header(self)
+            return super()._proc_member(tarfile_)
+
+        _proc_sparse = _proc_gnusparse_00 = _proc_gnusparse_01 = _proc_gnusparse_10 = sparse
+
+    return BoundedTarInfo
+
+
 def _extract(archive: Path, stage: Path, limits: UnpackLimits) -> UnpackedPackage:
     result = UnpackedPackage(root=stage)
     seen: set[str] = set()
     links: set[str] = set()
+    budget = _Budget(archive, limits)
     try:
-        tar = tarfile.open(archive, mode="r:*")
+        tar = tarfile.open(archive, mode="r:*", tarinfo=_bounded_tarinfo(budget))
     except (tarfile.TarError, OSError) as exc:
         raise UnsafeArchiveError(f"not a readable tar archive: {exc}", file=archive,
                                  expected="a .tar.gz from `tritonpkg package --archive`") from exc
@@ -110,10 +171,7 @@ def _extract(archive: Path, stage: Path, limits: UnpackLimits) -> UnpackedPackag
             name = _check_member(member, archive, seen, links)
             if member.isfile():
                 result.bytes += member.size
-                if result.bytes > limits.max_bytes:
-                    raise UnsafeArchiveError(
-                        f"expanded size passes {limits.max_bytes} bytes at member {member.name!r}", file=archive,
-                        expected=f"at most {limits.max_bytes} bytes (UnpackLimits.max_bytes)")
+                budget.take(member.size, f"member {safepath.quote(name)}")
             try:
                 if member.isfile():
                     _write_file(tar, member, stage / name)
@@ -124,54 +182,49 @@ def _extract(archive: Path, stage: Path, limits: UnpackLimits) -> UnpackedPackag
                     _write_link(member, stage, name, archive)
                     links.add(name)
             except OSError as exc:
-                raise UnsafeArchiveError(f"member {member.name!r} cannot be written: {exc.strerror or exc}",
+                raise UnsafeArchiveError(f"member {safepath.quote(name)} cannot be written: {exc.strerror or exc}",
                                          file=archive, expected="a tree of distinct files and folders") from exc
     _check_symlinks_resolve_inside(stage, links, archive)
     return result
-
-
-def _inside(path: str, root: Path) -> bool:
-    real, base = os.path.realpath(path), os.path.realpath(root)
-    return real == base or real.startswith(base + os.sep)
 
 
 def _check_symlinks_resolve_inside(stage: Path, links: set[str], archive: Path) -> None:
     """Once every member exists: a symlink's meaning can change as later members appear (`a/l -> x/..`
     before `a/x -> ..`), so the lexical check at write time is completed by resolving them all now."""
     for name in sorted(links):
-        if (stage / name).is_symlink() and not _inside(str(stage / name), stage):
-            raise UnsafeArchiveError(f"symlink {name!r} -> {os.readlink(stage / name)!r} resolves outside the target",
+        if (stage / name).is_symlink() and not safepath.within(stage / name, stage):
+            raise UnsafeArchiveError(f"symlink {safepath.quote(name)} -> {safepath.quote(os.readlink(stage / name))} "
+                                     "resolves outside the target",
                                      file=archive, expected="links to members inside the archive")
 
 
 def _check_member(member: tarfile.TarInfo, archive: Path, seen: set[str], links: set[str]) -> str:
-    """The member's normalized relative name, or an error saying why it may not be extracted."""
+    """The member's name under the one path rule (tritonpkg.safepath), or an error saying why it may not
+    be extracted."""
     raw = member.name
-    if not raw or "\x00" in raw:
-        raise UnsafeArchiveError("member with an empty or NUL-containing name", file=archive)
-    if raw.startswith("/") or PurePosixPath(raw).is_absolute():
-        raise UnsafeArchiveError(f"member {raw!r} has an absolute path", file=archive,
-                                 expected="paths relative to the archive root")
-    parts = [p for p in PurePosixPath(raw).parts if p not in ("", ".")]
-    if ".." in parts:
-        raise UnsafeArchiveError(f"member {raw!r} contains '..'", file=archive, expected="no parent references")
-    if not parts:
-        raise UnsafeArchiveError(f"member {raw!r} names the archive root", file=archive)
+    try:
+        name = safepath.check_name(raw, source=archive, what="member")
+    except safepath.UnsafePathError as exc:
+        raise UnsafeArchiveError(f"member {safepath.quote(raw)} breaks the path rule: {exc.rule}", file=archive,
+                                 expected="relative paths of non-empty segments, without '.', '..' or control "
+                                          "characters") from None
+    shown = safepath.quote(name)
     if member.ischr() or member.isblk() or member.isfifo() or member.isdev():
         kind = "FIFO" if member.isfifo() else "device file"
-        raise UnsafeArchiveError(f"member {raw!r} is a {kind}", file=archive,
+        raise UnsafeArchiveError(f"member {shown} is a {kind}", file=archive,
                                  expected="regular files, folders and links inside the archive")
     if member.issparse():
-        raise UnsafeArchiveError(f"member {raw!r} is a sparse file", file=archive, expected="regular files")
+        raise UnsafeArchiveError(f"member {shown} is a sparse file", file=archive, expected="regular files")
     if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
-        raise UnsafeArchiveError(f"member {raw!r} has unsupported type {member.type!r}", file=archive)
-    name = "/".join(parts)
+        raise UnsafeArchiveError(f"member {shown} has unsupported type {member.type!r}", file=archive)
+    parts = name.split("/")
     for i in range(1, len(parts)):
         if "/".join(parts[:i]) in links:
-            raise UnsafeArchiveError(f"member {raw!r} would be written through the link {'/'.join(parts[:i])!r}",
-                                     file=archive, expected="no members below a link")
+            raise UnsafeArchiveError(f"member {shown} would be written through the link "
+                                     f"{safepath.quote('/'.join(parts[:i]))}", file=archive,
+                                     expected="no members below a link")
     if name in seen:
-        raise UnsafeArchiveError(f"member {raw!r} appears twice", file=archive, expected="unique member names")
+        raise UnsafeArchiveError(f"member {shown} appears twice", file=archive, expected="unique member names")
     seen.add(name)
     if member.issym() or member.islnk():
         _check_link_target(member, name, archive)
@@ -179,29 +232,20 @@ def _check_member(member: tarfile.TarInfo, archive: Path, seen: set[str], links:
 
 
 def _check_link_target(member: tarfile.TarInfo, name: str, archive: Path) -> None:
-    target = member.linkname
     kind = "symlink" if member.issym() else "hardlink"
-    if not target or target.startswith("/"):
-        raise UnsafeArchiveError(f"{kind} {member.name!r} -> {target!r} points outside the target", file=archive,
-                                 expected="links to members inside the archive")
-    # A symlink resolves against its own folder, a hardlink against the archive root.
-    base = list(PurePosixPath(name).parent.parts) if member.issym() else []
-    depth = len(base)
-    for part in PurePosixPath(target).parts:
-        if part == "..":
-            depth -= 1
-            if depth < 0:
-                raise UnsafeArchiveError(f"{kind} {member.name!r} -> {target!r} points outside the target",
-                                         file=archive, expected="links to members inside the archive")
-        elif part not in ("", "."):
-            depth += 1
+    try:
+        safepath.link_target(name, member.linkname, symbolic=member.issym(), source=archive, what=kind)
+    except safepath.UnsafePathError as exc:
+        raise UnsafeArchiveError(f"{kind} {safepath.quote(name)} -> {safepath.quote(member.linkname)} points outside "
+                                 f"the target: {exc.rule}", file=archive,
+                                 expected="links to members inside the archive") from None
 
 
 def _write_file(tar: tarfile.TarFile, member: tarfile.TarInfo, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     src = tar.extractfile(member)
     assert src is not None
-    mode = 0o755 if member.mode & stat.S_IXUSR else 0o644
+    mode = (stat.S_IMODE(member.mode) & 0o755) | stat.S_IRUSR  # never wider than the archive says, never setuid
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     with os.fdopen(fd, "wb") as out:
         shutil.copyfileobj(src, out, COPY_CHUNK)
@@ -215,8 +259,9 @@ def _write_link(member: tarfile.TarInfo, stage: Path, name: str, archive: Path) 
         os.symlink(member.linkname, path)
         return
     source = stage / PurePosixPath(member.linkname)
-    if not _inside(str(source), stage) or not source.is_file() or source.is_symlink():
-        raise UnsafeArchiveError(f"hardlink {member.name!r} -> {member.linkname!r} names no earlier regular file",
+    if not safepath.within(source, stage) or not source.is_file() or source.is_symlink():
+        raise UnsafeArchiveError(f"hardlink {safepath.quote(name)} -> {safepath.quote(member.linkname)} names no "
+                                 "earlier regular file",
                                  file=archive, expected="hardlinks to files extracted before them")
     os.link(source, path)
 
