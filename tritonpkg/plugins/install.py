@@ -6,12 +6,14 @@ import subprocess
 from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping
 
+from packaging.utils import canonicalize_name
 from pydantic import BaseModel
 
+from tritonpkg.plugins.contents import check_footprint
 from tritonpkg.plugins.errors import PluginError
 from tritonpkg.plugins.records import PluginRecord, recorded_plugins
 from tritonpkg.plugins.requires import unmet_requirements
-from tritonpkg.plugins.target import TargetEnvironment, default_python, probe
+from tritonpkg.plugins.target import TargetEnvironment, default_python, footprint_of, probe
 from tritonpkg.plugins.wheel import WheelInfo, read_wheel
 
 DEFAULT_GROUP = "vllm.logits_processors"
@@ -68,6 +70,25 @@ def plan_checks(infos: list[WheelInfo], env: TargetEnvironment, pinned: Iterable
             )
 
 
+def footprint_checks(todo: list[tuple[Path, WheelInfo]], env: TargetEnvironment, python: str,
+                     pinned: Iterable[str], timeout: float) -> None:
+    """Refuse, before anything is installed, a wheel that would write over what another distribution of
+    the runtime owns (tritonpkg.plugins.contents), or replace an installed distribution that is no plugin."""
+    if not todo:
+        return
+    fp = footprint_of(python, timeout)
+    for path, info in todo:
+        prev = env.dists.get(info.key)
+        if prev is not None and any(env.owners.values()):
+            registers = {g for g, names in env.owners.items() if info.key in {canonicalize_name(d) for d in names.values()}}
+            if not registers & (set(info.entry_points) - {"console_scripts", "gui_scripts"}):
+                raise PluginError(f"plugin wheel {info.wheel} would replace {info.name} {prev}, an installed "
+                                  "distribution that registers none of the plugin's entry-point groups",
+                                  file=path, field="Name", expected="a plugin distribution name of its own")
+        if info.contents is not None:
+            check_footprint(path, info.name, info.contents, fp, pinned, where=f"the runtime at {env.executable}")
+
+
 def _pip_install(python: str, wheels: list[Path], timeout: float) -> None:
     cmd = [python, "-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check",
            "--no-input", "--quiet", *map(str, wheels)]
@@ -104,6 +125,7 @@ def install_bundled(
     plan_checks(infos, before, pins)
 
     todo = [(w, i) for w, i in zip(wheels, infos) if before.dists.get(i.key) != i.version]
+    footprint_checks(todo, before, python, pins, timeout)
     if todo:
         _pip_install(python, [w for w, _ in todo], timeout)
     after = probe(python, groups, timeout) if todo else before

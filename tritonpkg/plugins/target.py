@@ -72,6 +72,32 @@ def probe(python: str, groups: list[str], timeout: float = 120) -> TargetEnviron
     return TargetEnvironment(python=python, dists=dists, stamps=stamps, **data)
 
 
+def footprint_of(python: str, timeout: float = 120) -> "Footprint":
+    """What `python`'s environment has on its import path and in its bin folder, with owners: the source
+    of tritonpkg.plugins.footprint run in that interpreter (it need not have tritonpkg)."""
+    from tritonpkg.plugins import footprint
+    from tritonpkg.plugins.contents import Footprint
+
+    source = Path(footprint.__file__).read_text()
+    try:
+        proc = subprocess.run([python, "-c", source], capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise PluginError(f"cannot run the runtime interpreter: {exc}", file=python,
+                          expected="the python that runs Triton's Python-backend stub") from exc
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
+        raise PluginError(f"the runtime interpreter failed to list its files:\n{tail}", file=python)
+    return Footprint.model_validate_json(proc.stdout.strip().splitlines()[-1])
+
+
+def local_footprint() -> "Footprint":
+    """The same picture of this interpreter's environment, in-process (what `package` checks against)."""
+    from tritonpkg.plugins.contents import Footprint
+    from tritonpkg.plugins.footprint import footprint
+
+    return Footprint.model_validate(footprint())
+
+
 def default_python() -> str:
     """The interpreter Triton's stub embeds: `python3` in the first PATH entry the server gets,
     i.e. beside this interpreter (tritonpkg.runtime.environment); the stub ignores PYTHON* variables."""

@@ -96,9 +96,12 @@ def _plugins(spec: Spec) -> tuple[dict[str, bytes], list[dict]]:
     A wheel that is not the declared distribution, lacks the declared entry-point group, or needs a
     version of a pinned package other than the target's is refused here rather than at start-up."""
     from tritonpkg.plugins import PluginError, read_wheel, record_for
+    from tritonpkg.plugins.contents import check_footprint
     from tritonpkg.plugins.requires import unmet_requirements
+    from tritonpkg.plugins.target import local_footprint
 
     pins = pinned_versions(spec.target_release)
+    footprint = None  # what the local runtime has installed, read once if a plugin ships a wheel
     wheels: dict[str, bytes] = {}
     records: list[dict] = []
     for i, plugin in enumerate(spec.plugins):
@@ -108,6 +111,8 @@ def _plugins(spec: Spec) -> tuple[dict[str, bytes], list[dict]]:
             path = spec.resolve(plugin.wheel)
             try:
                 info = read_wheel(path)
+                check_footprint(path, info.name, info.contents, footprint or (footprint := local_footprint()),
+                                pins, where="the local runtime")
             except PluginError as exc:
                 raise PackageError(f"{exc.message}: {path}", file=spec.source, field=f"{field}.wheel",
                                    expected=exc.expected or "a .whl file relative to the spec") from exc
