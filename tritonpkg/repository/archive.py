@@ -14,7 +14,7 @@ REPO_PREFIX = "repository"
 WHEELS_PREFIX = "wheels"
 
 
-def _info(name: str, size: int = 0, directory: bool = False) -> tarfile.TarInfo:
+def _info(name: str, size: int = 0, directory: bool = False, mode: int = 0o644) -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
     info.mtime = 0
     info.uid = info.gid = 0
@@ -24,12 +24,14 @@ def _info(name: str, size: int = 0, directory: bool = False) -> tarfile.TarInfo:
         info.mode = 0o755
     else:
         info.size = size
-        info.mode = 0o644
+        info.mode = mode & 0o777
     return info
 
 
-def build(files: dict[str, bytes]) -> bytes:
-    """`files` maps archive paths to contents; parent directories are added as members."""
+def build(files: dict[str, bytes], modes: dict[str, int] | None = None) -> bytes:
+    """`files` maps archive paths to contents; parent directories are added as members. A file's mode is
+    `modes[path]` (permission bits only), 0o644 when not given."""
+    modes = modes or {}
     dirs: set[str] = set()
     for name in files:
         parts = name.split("/")[:-1]
@@ -39,7 +41,7 @@ def build(files: dict[str, bytes]) -> bytes:
         for name in sorted(dirs | set(files)):
             if name in files:
                 data = files[name]
-                tar.addfile(_info(name, len(data)), io.BytesIO(data))
+                tar.addfile(_info(name, len(data), mode=modes.get(name, 0o644)), io.BytesIO(data))
             else:
                 tar.addfile(_info(name, directory=True))
     out = io.BytesIO()
@@ -48,7 +50,9 @@ def build(files: dict[str, bytes]) -> bytes:
     return out.getvalue()
 
 
-def write(path: Path, repo_files: dict[str, bytes], wheels: dict[str, bytes]) -> None:
+def write(path: Path, repo_files: dict[str, bytes], wheels: dict[str, bytes],
+          modes: dict[str, int] | None = None) -> None:
+    """`modes` maps repository paths (as in `repo_files`) to their permission bits."""
     members = {f"{REPO_PREFIX}/{k}": v for k, v in repo_files.items()}
     members.update({f"{WHEELS_PREFIX}/{k}": v for k, v in wheels.items()})
-    write_file_atomic(path, build(members))
+    write_file_atomic(path, build(members, {f"{REPO_PREFIX}/{k}": m for k, m in (modes or {}).items()}))

@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import stat
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from tritonpkg import compat
+from tritonpkg import compat, safepath
 from tritonpkg.errors import SpecError
 from tritonpkg.repository import config as cfg
 from tritonpkg.repository import templates
 from tritonpkg.spec import Spec
+
+MAX_SPEC_FILE_BYTES = 256 << 20  # one `python.files` entry: code, configs, a lexicon; weights travel apart
 
 VLLM_INPUTS = (
     cfg.Tensor("text_input", "TYPE_STRING", (1,)),
@@ -46,6 +50,7 @@ class BuiltModel:
     version: int
     role: str  # "vllm", a template name, or "ensemble"
     files: dict[str, bytes] = field(default_factory=dict)
+    modes: dict[str, int] = field(default_factory=dict)  # permission bits of copied user files; others 0o644
 
     @property
     def config_path(self) -> str:
@@ -182,7 +187,7 @@ def _python_model(
         model.files[f"{prefix}/{filename}"] = data
     model.files.update(_vendored_files(template, prefix))
     if "module" in params:
-        model.files.update(_user_files(spec, prefix))
+        _user_files(spec, model, prefix)
     if "tokenizer" in params:
         model.files[f"{prefix}/tokenizer/tokenizer.json"] = _tokenizer_json(spec, params["tokenizer"])
     return model
@@ -261,16 +266,45 @@ def _vendored_files(template: templates.Template, prefix: str) -> dict[str, byte
     return out
 
 
-def _user_files(spec: Spec, prefix: str) -> dict[str, bytes]:
+def _user_files(spec: Spec, model: BuiltModel, prefix: str) -> None:
+    """`python.files` beside model.py, each with its own mode bits; an entry must name a file inside the
+    spec's folder (the one path rule, every link followed) and may not replace a file already there."""
     assert spec.python is not None
-    out: dict[str, bytes] = {}
     for i, rel in enumerate(spec.python.files):
-        path = spec.resolve(rel)
-        if not path.is_file():
-            raise SpecError(f"file not found: {path}", file=spec.source, field=f"python.files[{i}]",
-                            expected="a file relative to the spec")
-        out[f"{prefix}/{Path(rel).name}"] = path.read_bytes()
-    return out
+        field_name = f"python.files[{i}]"
+        data, mode = read_spec_file(spec, rel, field_name)
+        dest = f"{prefix}/{PurePosixPath(rel).name}"
+        if dest in model.files:
+            raise SpecError(f"{safepath.quote(rel)} would replace {dest}", file=spec.source, field=field_name,
+                            expected="file names distinct from each other and from the template's files")
+        model.files[dest] = data
+        model.modes[dest] = mode
+
+
+def read_spec_file(spec: Spec, rel: object, field_name: str) -> tuple[bytes, int]:
+    """The bytes and permission bits of a regular file the spec names relative to its own folder, refused
+    (with the spec as file, `field_name` as field) when the name or a link on the way leads out of it."""
+    expected = "a file inside the spec's folder, named relative to it, without '..'"
+    base = spec.base_dir
+    try:
+        name = safepath.check_name(rel, source=spec.source, what=field_name)
+        path = base / PurePosixPath(name)
+        if not path.exists() and not path.is_symlink():
+            raise SpecError(f"file not found: {path}", file=spec.source, field=field_name, expected=expected)
+        fd = safepath.open_inside(path, base, name=name, source=spec.source, what=field_name)
+    except safepath.UnsafePathError as exc:
+        raise SpecError(f"{safepath.quote(rel)} breaks the path rule: {exc.rule}", file=spec.source,
+                        field=field_name, expected=expected) from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if st.st_size > MAX_SPEC_FILE_BYTES:
+            raise SpecError(f"{safepath.quote(rel)} is {st.st_size} bytes", file=spec.source, field=field_name,
+                            expected=f"at most {MAX_SPEC_FILE_BYTES} bytes (weights belong in `weights`)")
+        data = fh.read(MAX_SPEC_FILE_BYTES + 1)
+    if len(data) > MAX_SPEC_FILE_BYTES:
+        raise SpecError(f"{safepath.quote(rel)} grew past {MAX_SPEC_FILE_BYTES} bytes while read",
+                        file=spec.source, field=field_name, expected=f"at most {MAX_SPEC_FILE_BYTES} bytes")
+    return data, stat.S_IMODE(st.st_mode) & 0o777
 
 
 def _tokenizer_json(spec: Spec, rel: str) -> bytes:

@@ -63,7 +63,8 @@ def package_spec(spec: Spec, repository: str | Path, archive: str | Path | None 
         (stage / lock_mod.LOCK_NAME).write_bytes(lock_mod.dumps(lock))
         if archive is not None:
             result.archive = Path(archive).absolute()
-            archive_mod.write(result.archive, _package_files(stage, models, lock), wheels)
+            files, modes = _package_files(stage, models, lock)
+            archive_mod.write(result.archive, files, wheels, modes)
     return result
 
 
@@ -75,20 +76,24 @@ def _write_model(stage: Path, model: BuiltModel) -> None:
         path = stage / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
-        path.chmod(0o644)
+        path.chmod(model.modes.get(rel, 0o644))
 
 
-def _package_files(stage: Path, models: list[BuiltModel], lock: dict) -> dict[str, bytes]:
-    """Every version of this package's models, with a lock restricted to them."""
+def _package_files(stage: Path, models: list[BuiltModel], lock: dict) -> tuple[dict[str, bytes], dict[str, int]]:
+    """Every version of this package's models, with a lock restricted to them, and each file's mode bits
+    as written (the archive keeps them rather than widening them)."""
     names = {m.name for m in models}
     files: dict[str, bytes] = {}
+    modes: dict[str, int] = {}
     for name in sorted(names):
         for path in sorted((stage / name).rglob("*")):
-            if path.is_file():
-                files[path.relative_to(stage).as_posix()] = path.read_bytes()
+            if path.is_file() and not path.is_symlink():
+                rel = path.relative_to(stage).as_posix()
+                files[rel] = path.read_bytes()
+                modes[rel] = path.stat().st_mode & 0o777
     sub = {**lock, "models": {k: v for k, v in lock["models"].items() if k in names}}
     files[lock_mod.LOCK_NAME] = lock_mod.dumps(sub)
-    return files
+    return files, modes
 
 
 def _plugins(spec: Spec) -> tuple[dict[str, bytes], list[dict]]:
