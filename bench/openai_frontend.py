@@ -73,14 +73,16 @@ def build_repo(root: Path) -> Path:
 
 
 @contextlib.contextmanager
-def frontend_process(grpc_url: str, repo: Path):
-    """`tritonpkg frontend` in its own process (its own GIL, as deployed), on a free port."""
+def frontend_process(grpc_url: str, repo: Path, admin_key: str | None = None):
+    """`tritonpkg frontend` in its own process (its own GIL, as deployed), on a free port; `admin_key`
+    (else TRITONPKG_ADMIN_KEY) is Triton's, which listing the models needs."""
     from tritonpkg.runtime import free_port
 
     port = free_port()
+    env = {**os.environ, **({"TRITONPKG_ADMIN_KEY": admin_key} if admin_key else {})}
     proc = subprocess.Popen([sys.executable, "-m", "tritonpkg", "frontend", "--triton-grpc", grpc_url,
                              "--port", str(port), "--model-repository", str(repo), "--json"],
-                            stdout=subprocess.DEVNULL, **own_group())
+                            stdout=subprocess.DEVNULL, env=env, **own_group())
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -260,7 +262,8 @@ def main() -> None:
             print("starting Triton (a vLLM engine takes about a minute on a CPU) ...", flush=True)
             triton = stack.enter_context(TritonServer(repo, runtime=ensure_runtime(), startup_timeout=600))
             grpc_url = triton.grpc_url
-        frontend_url, frontend_pid = stack.enter_context(frontend_process(grpc_url, repo))
+        key = None if args.triton_grpc else triton.admin_key
+        frontend_url, frontend_pid = stack.enter_context(frontend_process(grpc_url, repo, key))
         pids = [frontend_pid] + ([triton.pid] if not args.triton_grpc else [])
         samples, meters = asyncio.run(measure(grpc_url, frontend_url, pids, args))
     report(samples, meters)

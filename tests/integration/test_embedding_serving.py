@@ -100,7 +100,8 @@ def frontend(server, repo):
 
     from tritonpkg.frontend import FrontendServer, FrontendSettings
 
-    with FrontendServer(FrontendSettings(triton_grpc_url=server.grpc_url, port=0, model_repository=repo)) as fe:
+    with FrontendServer(FrontendSettings(triton_grpc_url=server.grpc_url, port=0, model_repository=repo,
+                                         triton_admin_key=server.admin_key)) as fe:
         yield openai.OpenAI(base_url=f"{fe.url}/v1", api_key="unused", max_retries=0, timeout=120)
 
 

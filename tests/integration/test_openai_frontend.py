@@ -76,7 +76,8 @@ def triton(repo, metrics_dir):
 def frontend(triton, repo):
     from tritonpkg.frontend import FrontendServer, FrontendSettings
 
-    with FrontendServer(FrontendSettings(triton_grpc_url=triton.grpc_url, port=0, model_repository=repo)) as fe:
+    with FrontendServer(FrontendSettings(triton_grpc_url=triton.grpc_url, port=0, model_repository=repo,
+                                         triton_admin_key=triton.admin_key)) as fe:
         yield fe
 
 

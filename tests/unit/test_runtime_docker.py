@@ -32,9 +32,10 @@ def test_round_trips_through_the_shell_with_image_mounts_and_ports(tmp_path: Pat
     image = get_release("24.10").ngc_image
     assert image == "nvcr.io/nvidia/tritonserver:24.10-vllm-python-py3"
     i = parsed.index(image)
-    assert parsed[i + 1:] == ["tritonserver", "--model-repository=/models"]
+    assert parsed[i + 1:i + 3] == ["tritonserver", "--model-repository=/models"]
+    assert [a.split("=")[0] for a in parsed[i + 3:]] == ["--http-restricted-api", "--grpc-restricted-protocol"]
     assert _volumes(parsed) == [f"{repo}:/models:ro"] + [f"{w}:{w}:ro" for w in weights]
-    assert _ports(parsed) == ["9000:8000", "9001:8001", "9002:8002"]
+    assert _ports(parsed) == ["127.0.0.1:9000:8000", "127.0.0.1:9001:8001", "127.0.0.1:9002:8002"]
     assert any(a.startswith("--shm-size=") for a in parsed)
     assert parsed[parsed.index("--gpus") + 1] == "all"
     assert all(parsed.index(a) < i for a in ("-v", "-p", "--gpus"))  # options before the image
@@ -64,5 +65,5 @@ def test_serve_cli_docker_prints_the_command_for_the_default_release(tmp_path: P
     assert result.exit_code == 0, result.output
     argv = shlex.split(result.stdout.strip())
     assert get_release(default_release()).ngc_image in argv
-    assert "8100:8000" in _ports(argv)
+    assert "127.0.0.1:8100:8000" in _ports(argv)
     assert f"{tmp_path}:/models:ro" in _volumes(argv)

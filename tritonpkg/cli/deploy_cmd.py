@@ -227,8 +227,10 @@ def status(
         for r in runs:
             if r["status"] == "running":
                 r["status"] = "interrupted (rolled back by the next deploy/rollback)"
+        key = _local_driver(state, name).admin_key() if dep["target"] == "local" else None
         report.append({"model": name, "target": dep["target"], "strategy": dep["strategy"], "alias": dep["alias"],
                        "proxy": {k: dep["info"].get("proxy", {}).get(k) for k in ("http_url", "grpc_url")},
+                       "admin_key": key, "admin_header": "admin-key" if key else None,
                        "units": units, "runs": runs})
     if as_json:
         print_json(report)
@@ -252,6 +254,9 @@ def status(
                           "yes" if u["routed"] else "-", u["status"], "yes" if u["alive"] else "-",
                           ep.get("http_url") or ep.get("name") or "-")
         console.print(table)
+        if rep["admin_key"]:
+            console.print(f"Triton admin APIs (model control, logging, trace, shared memory, statistics): header "
+                          f"{rep['admin_header']}: {rep['admin_key']}", highlight=False, markup=False)
         runs = Table(title="last runs")
         for col in ("run", "strategy", "status", "reason", "error"):
             runs.add_column(col)

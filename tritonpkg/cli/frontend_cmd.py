@@ -21,6 +21,10 @@ def frontend(
         help="The repository Triton serves: gives each model's tokenizer (chat) and context length."),
     timeout: float = typer.Option(600.0, "--request-timeout", help="Longest one request may take, in seconds."),
     as_json: bool = typer.Option(False, "--json", help="Print the address and models as JSON once listening."),
+    triton_admin_key: str | None = typer.Option(
+        None, "--triton-admin-key", envvar="TRITONPKG_ADMIN_KEY", show_default=False,
+        help="Triton's admin key (`serve --json` prints it; prefer the environment variable): listing the "
+             "models needs it."),
 ) -> None:
     """Serve /v1/models, /v1/completions, /v1/chat/completions, /v1/embeddings and /health/ready for the
     models of a running Triton; stop cleanly on Ctrl-C or SIGTERM."""
@@ -29,7 +33,8 @@ def frontend(
     from tritonpkg.frontend import FrontendServer, FrontendSettings
 
     settings = FrontendSettings(triton_grpc_url=triton_grpc, host=host, port=port, request_timeout_s=timeout,
-                                model_repository=model_repository.absolute() if model_repository else None)
+                                model_repository=model_repository.absolute() if model_repository else None,
+                                triton_admin_key=triton_admin_key or None)
     stop = threading.Event()
     server = FrontendServer(settings)
     with stop_signals(lambda *_: stop.set()):

@@ -26,6 +26,12 @@ class Mode(str, enum.Enum):
     separate = "separate"
 
 
+def _metrics_token(value: str | None) -> str | None:
+    if value is not None and not 16 <= len(value) <= 4096:
+        raise typer.BadParameter("a bearer token of 16 to 4096 characters (TRITONPKG_METRICS_TOKEN)")
+    return value or None
+
+
 @library_errors()
 def serve(
     repo: Path = typer.Argument(..., metavar="SOURCE",
@@ -40,7 +46,8 @@ def serve(
     mode: Mode | None = typer.Option(None, "--mode",
                                      help="embedded: this process also serves the OpenAI API; separate: Triton "
                                           "only (default: the package's execution_mode, else embedded)."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (local runtime); 0.0.0.0 for all."),
+    host: str = typer.Option("127.0.0.1", "--host",
+                             help="Address to listen on (docker: to publish the ports on); 0.0.0.0 for all."),
     state_dir: Path | None = typer.Option(None, "--state-dir",
                                           help="Where the archive is unpacked (default: a temp dir removed at exit)."),
     weights_root: Path | None = typer.Option(None, "--weights-root",
@@ -57,34 +64,42 @@ def serve(
     weights: list[Path] = typer.Option([], "--weights", help="Host path of weights to mount (docker; repeatable)."),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for every model to be ready."),
     as_json: bool = typer.Option(False, "--json", help="Print endpoints and models (or the docker command) as JSON."),
+    metrics_token: str | None = typer.Option(
+        None, "--metrics-token", envvar="TRITONPKG_METRICS_TOKEN", show_default=False, callback=_metrics_token,
+        help="Require `Authorization: Bearer <token>` on the merged /metrics (prefer the environment variable)."),
 ) -> None:
     """Serve a model repository or package in the real Triton server; stop cleanly on Ctrl-C or SIGTERM."""
     if runtime is RuntimeKind.docker:
-        _print_docker(repo, target_release, weights, http_port, grpc_port, metrics_port, as_json)
+        _print_docker(repo, target_release, weights, http_port, grpc_port, metrics_port, host, as_json)
         return
     from tritonpkg.runtime.startup import StartupOptions
 
     options = StartupOptions(
         source=repo, host=host, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
         openai_port=openai_port, openai=openai, execution_mode=mode.value if mode else None, state_dir=state_dir,
-        weights_root=weights_root, startup_timeout=timeout, install_plugins=plugins,
+        weights_root=weights_root, startup_timeout=timeout, install_plugins=plugins, metrics_token=metrics_token or None,
         **{k: v for k, v in (("max_members", max_members), ("max_bytes", max_bytes)) if v is not None})
     _serve_local(options, as_json)
 
 
 def _print_docker(repo: Path, release: str | None, weights: list[Path], http: int, grpc: int, metrics: int,
-                  as_json: bool) -> None:
+                  host: str, as_json: bool) -> None:
     import shlex
 
     from tritonpkg.compat import default_release
-    from tritonpkg.runtime import docker_command
+    from tritonpkg.runtime import admin, docker_command
 
     release = release or default_release()
-    argv = docker_command(repo, release, weights=weights, http_port=http, grpc_port=grpc, metrics_port=metrics)
+    key = admin.new_key()
+    argv = docker_command(repo, release, weights=weights, http_port=http, grpc_port=grpc, metrics_port=metrics,
+                          host=host, admin_key=key)
     if as_json:
-        print_json({"release": release, "argv": argv, "command": shlex.join(argv)})
+        print_json({"release": release, "argv": argv, "command": shlex.join(argv), "admin_key": key,
+                    "admin_header": admin.HEADER, "admin_apis": list(admin.RESTRICTED)})
     else:
         typer.echo(shlex.join(argv))
+        err_console.print(f"admin APIs ({', '.join(admin.RESTRICTED)}) answer only with the header "
+                          f"{admin.HEADER}: {key}", highlight=False, markup=False)
 
 
 def _serve_local(options, as_json: bool) -> None:
@@ -164,7 +179,8 @@ def _report(stack, as_json: bool) -> None:
                       title=f"ready in {data['startup_seconds']} s ({data['execution_mode']}, Triton pid {data['pid']})")
     endpoints.add_row("HTTP (KServe v2)", data["http_url"])
     endpoints.add_row("gRPC (KServe v2)", data["grpc_url"])
-    endpoints.add_row("metrics (Triton + vLLM)", data["metrics_url"])
+    endpoints.add_row("metrics (Triton + vLLM)", data["metrics_url"] + (" (bearer token)" if data["metrics_auth"] else ""))
+    endpoints.add_row("admin key (header admin-key)", data["admin_key_file"] or "-")
     if data["openai_url"]:
         endpoints.add_row("OpenAI API", data["openai_url"])
     console.print(endpoints)

@@ -72,7 +72,9 @@ def create_app(settings: FrontendSettings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        backend = TritonBackend(settings.triton_grpc_url, settings.request_timeout_s)
+        key = settings.triton_admin_key
+        backend = TritonBackend(settings.triton_grpc_url, settings.request_timeout_s,
+                                key.get_secret_value() if key is not None else None)
         catalog = Catalog(backend, settings.model_repository)
         try:
             await catalog.refresh()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 
 class FrontendSettings(BaseModel):
@@ -18,3 +18,6 @@ class FrontendSettings(BaseModel):
                           "(chat template) and context length. Without it vLLM models are probed and chat is off.")
     request_timeout_s: float = Field(600.0, gt=0, description="Longest one request may take in Triton.")
     log_level: str = "warning"
+    triton_admin_key: SecretStr | None = Field(
+        None, description="The key of Triton's restricted admin APIs (tritonpkg.runtime.admin): the frontend lists "
+                          "models through the repository index, one of them.")

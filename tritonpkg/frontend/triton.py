@@ -244,9 +244,12 @@ class _StreamPool:
 class TritonBackend:
     """Async calls the routes need; errors come back as APIError, never as gRPC exceptions."""
 
-    def __init__(self, url: str, timeout_s: float) -> None:
+    def __init__(self, url: str, timeout_s: float, admin_key: str | None = None) -> None:
+        from tritonpkg.runtime.admin import grpc_headers
+
         self.url = url
         self.timeout_s = timeout_s
+        self._admin = grpc_headers(admin_key) or None  # only the repository index needs it
         self.client = grpcaio.InferenceServerClient(url)
         options = [("grpc.max_send_message_length", MAX_MESSAGE), ("grpc.max_receive_message_length", MAX_MESSAGE)]
         self._channel = grpc.aio.insecure_channel(url, options=options)
@@ -278,7 +281,7 @@ class TritonBackend:
             raise from_triton(message) from None
 
     async def models(self) -> list[dict[str, Any]]:
-        index = await self._control(self.client.get_model_repository_index(as_json=True))
+        index = await self._control(self.client.get_model_repository_index(headers=self._admin, as_json=True))
         return list(index.get("models", []))
 
     async def config(self, name: str, version: str = "") -> dict[str, Any]:

@@ -9,10 +9,12 @@ import urllib.request
 from typing import Any
 
 
-def request(method: str, url: str, body: Any = None, timeout: float = 5.0) -> tuple[int, bytes]:
+def request(method: str, url: str, body: Any = None, timeout: float = 5.0,
+            headers: dict[str, str] | None = None) -> tuple[int, bytes]:
     """(HTTP status, body); status 0 when nothing answered."""
     data = json.dumps(body).encode() if body is not None else (b"" if method == "POST" else None)
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json", **(headers or {})})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, resp.read()

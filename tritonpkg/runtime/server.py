@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal, Mapping, Sequence
 
 from tritonpkg.errors import RuntimeSetupError
-from tritonpkg.runtime import rest
+from tritonpkg.runtime import admin, rest
 from tritonpkg.runtime.environment import server_environment
 from tritonpkg.runtime.layout import Runtime
 from tritonpkg.runtime.logtail import error_lines, tail
@@ -55,6 +55,7 @@ class TritonServer:
         exit_timeout: int = 5,
         metrics_host: str | None = None,
         env: Mapping[str, str] | None = None,
+        admin_key: str | None = None,
     ) -> None:
         self.repo = Path(repo).absolute()
         if not self.repo.is_dir():
@@ -75,6 +76,8 @@ class TritonServer:
         self.metrics_host = host if metrics_host is None else metrics_host
         self.env = dict(env or {})  # added to the server's environment (e.g. PROMETHEUS_MULTIPROC_DIR)
         self.exit_timeout = exit_timeout
+        # Model control, logging, trace, shared memory and statistics answer only to this key (runtime/admin.py).
+        self.admin_key = admin.check_key(admin_key) if admin_key is not None else admin.new_key()
         self._requested = {"http_port": http_port, "grpc_port": grpc_port, "metrics_port": metrics_port}
         self.http_port, self.grpc_port, self.metrics_port = http_port, grpc_port, metrics_port
         self._own_log = log_path is None
@@ -100,6 +103,11 @@ class TritonServer:
     def metrics_url(self) -> str:
         host = "127.0.0.1" if self.metrics_host in ("0.0.0.0", "") else self.metrics_host
         return f"http://{host}:{self.metrics_port}/metrics"
+
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        """The HTTP header Triton's restricted APIs want (gRPC: admin.grpc_headers(self.admin_key))."""
+        return admin.http_headers(self.admin_key)
 
     @property
     def pid(self) -> int | None:
@@ -128,6 +136,7 @@ class TritonServer:
             # On SIGTERM Triton waits up to this long for in-flight requests *and* for idle keep-alive
             # HTTP connections (a tritonclient.http client left open); its default is 30 s.
             f"--exit-timeout-secs={self.exit_timeout}",
+            *admin.server_args(self.admin_key),
         ]
         if not any(a.startswith("--http-thread-count") for a in self.extra_args):
             # Each HTTP generate_stream holds one HTTP worker for the whole stream; Triton's default of 8
@@ -223,14 +232,15 @@ class TritonServer:
     def load_model(self, name: str) -> tuple[bool, str]:
         """Explicit mode: ask the server to load `name`; (loaded?, the server's error message)."""
         code, body = rest.request("POST", f"{self.http_url}/v2/repository/models/{_q(name)}/load",
-                                  timeout=self.startup_timeout)
+                                  timeout=self.startup_timeout, headers=self.admin_headers)
         if code == 0:
             return False, f"no answer from {self.http_url}; last log lines:\n{self.log_tail(20)}"
         return code == 200, "" if code == 200 else rest.error_text(body)
 
     def unload_model(self, name: str, wait: bool = True, timeout: float = 30.0) -> None:
         """Explicit mode: unload `name`; with wait, return once the server no longer lists it as loaded."""
-        code, body = rest.request("POST", f"{self.http_url}/v2/repository/models/{_q(name)}/unload")
+        code, body = rest.request("POST", f"{self.http_url}/v2/repository/models/{_q(name)}/unload",
+                                  headers=self.admin_headers)
         if code != 200:
             raise RuntimeSetupError(f"unload failed: {rest.error_text(body) or 'no answer'}", field=name)
         deadline = time.monotonic() + timeout
@@ -244,7 +254,7 @@ class TritonServer:
         """Triton's view of the repository: [{name, version, state, reason}, ...]."""
         import json
 
-        code, body = rest.request("POST", f"{self.http_url}/v2/repository/index")
+        code, body = rest.request("POST", f"{self.http_url}/v2/repository/index", headers=self.admin_headers)
         if code != 200:
             raise RuntimeSetupError(f"repository index failed: {rest.error_text(body) or 'no answer'}",
                                     file=self.repo)

@@ -57,6 +57,8 @@ class ServingStack:
         self._state_dir: Path | None = None
         self._own_state = False
         self._scratch: list[Path] = []  # folders this run created inside a user-given state dir
+        self.admin_key: str | None = None  # Triton's admin-API key, stored 0600 in the state dir
+        self.admin_key_file: Path | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> "ServingStack":
@@ -228,11 +230,16 @@ class ServingStack:
         for name, port in (("metrics_port", o.metrics_port), ("openai_port", self._wants_frontend() and o.openai_port)):
             if port:
                 require_free(port, o.host or "0.0.0.0", name)
+        from tritonpkg.runtime import admin
+
+        self.admin_key = admin.check_key(o.admin_key) if o.admin_key else admin.new_key()
+        keys = self._scratch_dir("admin")
+        self.admin_key_file = admin.write_key(keys, self.admin_key)
         self.server = TritonServer(
             self.repository, runtime=self.runtime or ensure_runtime(), host=o.host,
             http_port=o.http_port or None, grpc_port=o.grpc_port or None, metrics_port=None,
             metrics_host="127.0.0.1", model_control="none", startup_timeout=o.startup_timeout,
-            env={MULTIPROC_ENV: str(self.multiproc_dir)})
+            env={MULTIPROC_ENV: str(self.multiproc_dir)}, admin_key=self.admin_key)
         self.server.start()
         return f"pid {self.server.pid}, {len(self.server.ready_models())} model(s) ready"
 
@@ -240,7 +247,7 @@ class ServingStack:
         from tritonpkg.metrics import MergedMetricsServer
 
         metrics = MergedMetricsServer(self.server.metrics_url, self.multiproc_dir, host=self.options.host,
-                                      port=self.options.metrics_port)
+                                      port=self.options.metrics_port, token=self.options.metrics_token)
         # The public port opens only once Triton's own metrics answer for every model: its first scrape is whole.
         metrics.wait_for_triton(METRICS_WAIT, [m["name"] for m in self.server.ready_models()])
         self.metrics = metrics.start()
@@ -253,7 +260,8 @@ class ServingStack:
         from tritonpkg.frontend import FrontendServer, FrontendSettings
 
         settings = FrontendSettings(triton_grpc_url=self.server.grpc_url, host=self.options.host,
-                                    port=self.options.openai_port, model_repository=self.repository)
+                                    port=self.options.openai_port, model_repository=self.repository,
+                                    triton_admin_key=self.admin_key)
         self.frontend = FrontendServer(settings).start()
         return self.openai_url or ""
 
@@ -277,4 +285,6 @@ class ServingStack:
             "steps": [{"step": k, "seconds": round(v, 3)} for k, v in self.timings.items()],
             "weights": [dataclasses.asdict(w) for w in self.weights],
             "models": [{"name": m["name"], "version": m.get("version"), "state": m["state"]} for m in models],
+            "admin_key": self.admin_key, "admin_key_file": str(self.admin_key_file) if self.admin_key_file else None,
+            "admin_header": "admin-key", "metrics_auth": "bearer" if self.options.metrics_token else None,
         }

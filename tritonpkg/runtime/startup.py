@@ -47,6 +47,10 @@ class StartupOptions(BaseModel):
     max_members: int = Field(default=DEFAULT_MAX_MEMBERS, ge=1, description="refuse archives with more members")
     max_bytes: int = Field(default=DEFAULT_MAX_BYTES, ge=1, description="refuse archives that expand to more")
     install_plugins: bool = True
+    admin_key: str | None = Field(default=None, repr=False,
+                                  description="Triton's admin-API key (tritonpkg.runtime.admin); None: a new one")
+    metrics_token: str | None = Field(default=None, repr=False, min_length=16, max_length=4096,
+                                      description="bearer token the merged /metrics requires; None: open")
 
 
 @dataclass(frozen=True)

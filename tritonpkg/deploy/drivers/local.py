@@ -123,6 +123,13 @@ class LocalDriver:
                 supervisor._LIVE.discard(group)
 
     # -- units -----------------------------------------------------------------------------------
+    def admin_key(self, create: bool = False) -> str | None:
+        """Triton's admin-API key of this deployment (one for all its units, so it works through HAProxy),
+        kept 0600 in the workdir; created on first use when `create`."""
+        from tritonpkg.runtime import admin
+
+        return admin.ensure_key(self.workdir) if create else admin.read_key(self.workdir)
+
     def _free_slot(self, taken: set[int]) -> int:
         for k in range(int(self.proxy.get("slots", self.slots))):
             if k not in taken:
@@ -139,7 +146,7 @@ class LocalDriver:
         log = self.workdir / f"{unit.name}.log"
         log.unlink(missing_ok=True)
         server = TritonServer(repo, runtime=self.runtime, startup_timeout=self.startup_timeout, log_path=log,
-                              extra_args=[SUMMARY], exit_timeout=3)
+                              extra_args=[SUMMARY], exit_timeout=3, admin_key=self.admin_key(create=True))
         try:
             self._start(server.start)
         except BaseException:

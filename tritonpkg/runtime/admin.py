@@ -1,0 +1,90 @@
+"""Triton's admin APIs behind a per-deployment key.
+
+Anyone who reaches Triton's HTTP or gRPC port could otherwise load and unload models, raise the log level,
+register shared memory, start traces or read statistics. Every tritonserver the toolkit starts restricts those
+API groups with Triton's own options (`--http-restricted-api`, `--grpc-restricted-protocol`) to requests that
+carry the admin header; inference, metadata, model config and health stay open.
+
+Triton reads the HTTP header `<key>` and the gRPC metadata `triton-grpc-protocol-<key>`. The key is also on
+tritonserver's command line (Triton has no other way to receive it), so it protects against the network,
+not against other users of the same host who can read /proc/<pid>/cmdline."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from pathlib import Path
+
+from tritonpkg.errors import RuntimeSetupError
+
+HEADER = "admin-key"  # HTTP header name; gRPC metadata is GRPC_PREFIX + HEADER
+GRPC_PREFIX = "triton-grpc-protocol-"
+RESTRICTED = ("model-repository", "logging", "trace", "shared-memory", "statistics")
+KEY_FILE = "admin-key"
+_KEY = re.compile(r"[A-Za-z0-9_-]{16,256}")  # ':', '=' and ',' would split Triton's option value
+
+
+def new_key() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def check_key(key: str, field: str = "admin_key") -> str:
+    if not isinstance(key, str) or not _KEY.fullmatch(key):
+        raise RuntimeSetupError("the admin key has a character Triton's option cannot carry, or a bad length",
+                                field=field, expected="16-256 characters of A-Z a-z 0-9 _ -")
+    return key
+
+
+def server_args(key: str) -> list[str]:
+    """tritonserver options that restrict the admin API groups on HTTP and gRPC to holders of `key`."""
+    groups = ",".join(RESTRICTED)
+    check_key(key)
+    return [f"--http-restricted-api={groups}:{HEADER}={key}", f"--grpc-restricted-protocol={groups}:{HEADER}={key}"]
+
+
+def http_headers(key: str | None) -> dict[str, str]:
+    return {HEADER: key} if key else {}
+
+
+def grpc_headers(key: str | None) -> dict[str, str]:
+    """What tritonclient.grpc's `headers=` takes (sent as call metadata)."""
+    return {GRPC_PREFIX + HEADER: key} if key else {}
+
+
+def write_key(folder: Path, key: str) -> Path:
+    """`folder/admin-key`, mode 0600 from its creation (never readable by others, even for an instant)."""
+    check_key(key)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = folder / KEY_FILE
+    tmp = folder / f".{KEY_FILE}.{secrets.token_hex(4)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        os.write(fd, key.encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    return path
+
+
+def read_key(folder: Path) -> str | None:
+    path = folder / KEY_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise RuntimeSetupError(f"cannot read the admin key: {exc.strerror or exc}", file=path,
+                                expected="a regular file written by tritonpkg") from exc
+    with os.fdopen(fd, "rb") as fh:
+        text = fh.read(512).decode(errors="replace").strip()
+    return check_key(text, field=str(path))
+
+
+def ensure_key(folder: Path) -> str:
+    """The key stored in `folder`, or a new one stored there."""
+    key = read_key(folder)
+    if key is None:
+        key = new_key()
+        write_key(folder, key)
+    return key
