@@ -153,3 +153,31 @@ def test_modes_are_kept_and_never_widened(place):
     modes = {p.name: p.stat().st_mode & 0o7777 for p in (out.root / "repository").iterdir()}
     assert modes == {"private": 0o640, "tool": 0o750, "wide": 0o755}
     assert os.stat(out.root).st_mode & 0o777 == 0o755
+
+
+def test_lock_entries_leading_out_of_the_repository_are_refused(tmp_path):
+    """A lock naming `../../../host/secret` with that file's sha256 verified silently before (and told
+    whether a host file exists with given content); its entries now obey the path rule."""
+    import hashlib
+    import json
+
+    from tests.conftest import EXAMPLES
+    from tritonpkg.repository import archive as archive_mod
+    from tritonpkg.repository import package_spec
+    from tritonpkg.runtime.unpack import LockMismatchError, verify_unpacked
+    from tritonpkg.spec import load_spec
+
+    secret = tmp_path / "host" / "secret"
+    secret.parent.mkdir()
+    secret.write_bytes(b"host secret")
+    built = package_spec(load_spec(EXAMPLES / "sentiment-custom"), tmp_path / "repo", archive=tmp_path / "pkg.tar.gz")
+    with tarfile.open(built.archive) as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+    lock = json.loads(files["repository/tritonpkg.lock.json"])
+    version = next(iter(lock["models"]["sentiment"]["versions"].values()))
+    version["files"]["../../../host/secret"] = hashlib.sha256(b"host secret").hexdigest()
+    files["repository/tritonpkg.lock.json"] = json.dumps(lock).encode()
+    built.archive.write_bytes(archive_mod.build(files))
+    unpacked = unpack_archive(built.archive, tmp_path / "work" / "pkg")
+    with pytest.raises(LockMismatchError, match=r"lock entry '\.\./\.\./\.\./host/secret' breaks the path rule"):
+        verify_unpacked(unpacked, built.archive)

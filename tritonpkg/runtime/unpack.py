@@ -275,7 +275,6 @@ def verify_unpacked(package: UnpackedPackage, archive: str | Path) -> None:
         raise LockMismatchError(f"the package has no {REPO_PREFIX}/{lock_mod.LOCK_NAME}", file=archive,
                                 expected="an archive written by `tritonpkg package --archive`")
     lock = lock_mod.read(repo)
-    problems = lock_mod.verify(repo)
     named = {lock_mod.LOCK_NAME}
     plugins: dict[str, str | None] = {}  # bundled wheel -> sha256 (None: a lock from before it was recorded)
     for model_name, model in lock["models"].items():
@@ -287,6 +286,13 @@ def verify_unpacked(package: UnpackedPackage, archive: str | Path) -> None:
                     plugins[plugin] = None
                 elif plugin.get("wheel"):
                     plugins[plugin["wheel"]] = plugin.get("sha256")
+    for rel in sorted(named):  # the lock's entries become paths below: none may lead out of the repository
+        try:
+            safepath.check_name(rel, source=archive, what="lock entry")
+        except safepath.UnsafePathError as exc:
+            raise LockMismatchError(f"lock entry {safepath.quote(rel)} breaks the path rule: {exc.rule}",
+                                    file=archive, expected=f"files of the repository in {lock_mod.LOCK_NAME}") from None
+    problems = lock_mod.verify(repo)
     for path in sorted(repo.rglob("*")):
         rel = path.relative_to(repo).as_posix()
         if (path.is_file() or path.is_symlink()) and rel not in named:
