@@ -290,9 +290,9 @@ def test_openmp_spin_of_the_embedding_templates_is_rendered_and_checked(write_sp
         return (tmp_path / "out" / folder / embed["name"] / "1" / "model.py").read_text()
 
     text = model_py("default")
-    assert 'os.environ["GOMP_SPINCOUNT"] = \'100000\'' in text
-    assert text.index("GOMP_SPINCOUNT") < text.index("import triton_python_backend_utils")
-    assert 'os.environ["GOMP_SPINCOUNT"]' not in model_py("unset", omp_spin_count=None)
+    assert "\nGOMP_SPINCOUNT = 100000\n" in text and 'os.environ["GOMP_SPINCOUNT"] = str(GOMP_SPINCOUNT)' in text
+    assert text.index('os.environ["GOMP_SPINCOUNT"]') < text.index("import triton_python_backend_utils")
+    assert "\nGOMP_SPINCOUNT = None\n" in model_py("unset", omp_spin_count=None)
     for bad in ("fast", -1, True, 1.5):
         with pytest.raises(SpecError, match="is not allowed") as err:
             model_py(f"bad{bad}", omp_spin_count=bad)

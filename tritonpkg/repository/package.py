@@ -9,6 +9,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from tritonpkg import __version__
 from tritonpkg.errors import PackageError
 from tritonpkg.repository import archive as archive_mod
 from tritonpkg.repository import lock as lock_mod
@@ -52,6 +53,7 @@ def package_spec(spec: Spec, repository: str | Path, archive: str | Path | None 
             lock_mod.record(lock, model.name, model.version, lock_mod.sha256(model.files[model.config_path]), {
                 "package": spec.name,
                 "role": model.role,
+                "tritonpkg": __version__,  # whose templates rendered the code (validate compares against them)
                 "kind": spec.kind,
                 "spec_sha256": spec_sha256(spec),
                 "pins": lock_pins(spec),

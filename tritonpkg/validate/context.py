@@ -19,6 +19,19 @@ class Context:
     models: dict[str, LoadedModel] = field(default_factory=dict)
     gpu_count: int = 0
     backends_dir: Path | None = None
+    _lock: dict | None = field(default=None, repr=False)
+
+    def lock(self) -> dict:
+        """The repository's tritonpkg.lock.json ({} when there is none or it does not read)."""
+        if self._lock is None:
+            from tritonpkg.errors import TritonpkgError
+            from tritonpkg.repository.lock import read
+
+            try:
+                self._lock = read(self.repo)
+            except (TritonpkgError, OSError, ValueError):
+                self._lock = {}
+        return self._lock
 
     @property
     def is_local(self) -> bool:
