@@ -24,7 +24,7 @@ class UnsafePathError(TritonpkgError):
 
     def __init__(self, name: str, rule: str, *, source: str | Path | None, what: str = "key") -> None:
         self.name, self.rule = name, rule
-        super().__init__(f"{what} {quote(name)} breaks the path rule: {rule}", file=source, field=what,
+        super().__init__(f"{quote(name)} breaks the path rule: {rule}", file=source, field=what,
                          expected="a relative path of non-empty segments, without '.', '..', NUL or control "
                                   "characters, that stays under its root")
 
