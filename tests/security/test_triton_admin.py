@@ -187,3 +187,43 @@ def test_the_docker_command_publishes_on_loopback_and_restricts_triton(repo) -> 
     bad = CliRunner().invoke(app, ["serve", str(repo), "--runtime", "docker", "--host", "0.0.0.0:1 -v /:/h"])
     assert bad.exit_code != 0 and "--host" in bad.output
     assert os.path.isdir(repo)  # nothing ran
+
+
+def test_deploy_units_behind_haproxy_share_one_stored_key_that_status_prints(tmp_path) -> None:
+    """Through deploy's HAProxy the admin APIs were open to whoever reached the proxy port."""
+    import subprocess
+    import sys
+
+    from tests.integration.test_deploy_local import write_spec
+    from tritonpkg.deploy.drivers.haproxy import ProxyError, find_haproxy
+
+    try:
+        find_haproxy()
+    except ProxyError as exc:
+        (pytest.fail if os.environ.get("CI") else pytest.skip)(str(exc))
+
+    def tp(*args: str) -> str:
+        res = subprocess.run([sys.executable, "-m", "tritonpkg", *args], capture_output=True, text=True, timeout=180)
+        assert res.returncode == 0, res.stdout + res.stderr
+        return res.stdout
+
+    state = tmp_path / "state"
+    try:
+        tp("deploy", str(write_spec(tmp_path, "adm", 1)), "--state", str(state), "--dwell", "0.3", "--json")
+        [status] = json.loads(tp("status", "--state", str(state), "--json"))
+        key, proxy = status["admin_key"], status["proxy"]["http_url"]
+        assert status["admin_header"] == "admin-key" and len(key) >= 32
+        [key_file] = [p for p in state.rglob("admin-key")]
+        assert key_file.read_text() == key and stat.S_IMODE(key_file.stat().st_mode) == 0o600
+        assert key not in json.dumps(status["units"])  # the key lives in its 0600 file, not in state.db's rows
+        unit = status["units"][0]["endpoints"]["http_url"]
+        for url in (proxy, unit):
+            assert call("POST", url + "/v2/logging", {"log_verbose_level": 1})[0] == 403, url
+            assert call("POST", url + "/v2/repository/index")[0] == 403, url
+            assert call("GET", url + "/v2/logging", headers={"admin-key": key})[0] == 200, url
+        body = {"inputs": [{"name": "X", "shape": [2], "datatype": "FP32", "data": [1, 2]}]}
+        assert call("POST", f"{proxy}/v2/models/adm/infer", body)[0] == 200
+        assert f"admin-key: {key}" in tp("status", "--state", str(state))
+    finally:
+        subprocess.run([sys.executable, "-m", "tritonpkg", "deploy", "adm", "--teardown", "--state", str(state)],
+                       capture_output=True, timeout=120)

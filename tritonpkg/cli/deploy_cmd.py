@@ -256,7 +256,7 @@ def status(
         console.print(table)
         if rep["admin_key"]:
             console.print(f"Triton admin APIs (model control, logging, trace, shared memory, statistics): header "
-                          f"{rep['admin_header']}: {rep['admin_key']}", highlight=False, markup=False)
+                          f"{rep['admin_header']}: {rep['admin_key']}", highlight=False, markup=False, soft_wrap=True)
         runs = Table(title="last runs")
         for col in ("run", "strategy", "status", "reason", "error"):
             runs.add_column(col)
