@@ -215,3 +215,14 @@ def test_manifest_entry_breaking_the_rule_is_not_a_materialization(tmp_path):
     assert manifest.read_ready(d) is None
     (d / "tritonpkg-manifest.json").write_text(json.dumps({"files": {"x": {"size": 1}}}))
     assert manifest.read_ready(d) is not None
+
+
+def test_hf_snapshot_given_as_a_local_folder_may_link_into_its_blobs_only(tmp_path):
+    snap, _ = _hf_cache(tmp_path / "cache", {"config.json": b"{}", "w.bin": MARKER})
+    result = materialize(str(snap), tmp_path / "root")
+    assert (result.path / "w.bin").read_bytes() == MARKER
+    (tmp_path / "elsewhere").write_bytes(b"not the model's")
+    os.symlink("../../../../elsewhere", snap / "stolen.bin")
+    with pytest.raises(UnsafeKeyError, match="outside the source"):
+        materialize(str(snap), tmp_path / "root2")
+    assert not (tmp_path / "root2").exists()

@@ -18,10 +18,13 @@ RESERVED = frozenset({"READY", "tritonpkg-manifest.json"})
 class LocalSource:
     def __init__(self, directory: Path, *, url: str | None = None, name: str | None = None,
                  revision: str | None = None, link_root: Path | None = None) -> None:
-        """`link_root` (default: `directory`) is where the source's symlinks may lead; a HF cache
-        snapshot passes its repository folder, which holds the blobs its links point at."""
+        """`link_root` is where the source's symlinks may lead: by default the directory itself, or, for
+        a HF cache snapshot (`models--org--name/snapshots/<commit>`), its repository folder, which holds
+        the blobs its links point at."""
         self.directory = directory.expanduser().absolute()
-        self.link_root = link_root.expanduser().absolute() if link_root is not None else self.directory
+        if link_root is None:
+            link_root = _hf_repository_folder(self.directory) or self.directory
+        self.link_root = link_root.expanduser().absolute()
         self.url = url or str(self.directory)
         self._name = name
         self._revision = revision
@@ -95,6 +98,15 @@ class LocalSource:
             for fd in self._fds.values():
                 os.close(fd)
             self._fds.clear()
+
+
+def _hf_repository_folder(directory: Path) -> Path | None:
+    """`models--org--name` when `directory` is one of its snapshots, as huggingface_hub lays them out."""
+    repo = directory.parent.parent
+    if directory.parent.name == "snapshots" and repo.name.startswith(("models--", "datasets--", "spaces--")) \
+            and (repo / "blobs").is_dir():
+        return repo
+    return None
 
 
 def _lfs_oid(path: Path) -> str | None:
