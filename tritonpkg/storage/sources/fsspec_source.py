@@ -57,7 +57,10 @@ class FsspecSource:
 
 def relative_key(path: str, root: str, source: str) -> str:
     """`path` below `root` with exactly the one separator between them removed: a `//` or a leading `/`
-    that is left stays visible to the path rule instead of being stripped away."""
+    that is left stays visible to the path rule instead of being stripped away. A URL naming one file
+    lists that file under its own name."""
+    if root and path == root:
+        return root.rsplit("/", 1)[-1]
     if root and not path.startswith(root + "/"):
         raise UnsafeKeyError(path, "the listing names a path outside the source's root", source=source)
     return path[len(root) + 1:] if root else path.removeprefix("/")
