@@ -107,15 +107,17 @@ def test_entry_may_not_replace_a_template_file(write_spec, tmp_path, host_secret
 
 
 def test_files_inside_keep_their_own_modes_through_repository_archive_and_unpack(write_spec, tmp_path):
-    spec = write_spec(_spec(["hooks.py", "lexicon.json", "tool.sh", "alias.json"]),
-                      extra_files={"hooks.py": HOOKS, "lexicon.json": "{}", "tool.sh": "echo\n"})
+    spec = write_spec(_spec(["hooks.py", "lexicon.json", "tool.sh", "alias.json", "shared.txt"]),
+                      extra_files={"hooks.py": HOOKS, "lexicon.json": "{}", "tool.sh": "echo\n", "shared.txt": ""})
     (spec.parent / "hooks.py").chmod(0o640)
+    (spec.parent / "shared.txt").chmod(0o666)  # group/other write is not shipped
     (spec.parent / "lexicon.json").chmod(0o600)
     (spec.parent / "tool.sh").chmod(0o750)
     os.symlink("lexicon.json", spec.parent / "alias.json")  # a link that stays inside is followed
     result = package_spec(load_spec(spec), tmp_path / "repo", archive=tmp_path / "pkg.tar.gz")
     version = tmp_path / "repo" / "double" / "1"
-    expected = {"hooks.py": 0o640, "lexicon.json": 0o600, "tool.sh": 0o750, "alias.json": 0o600, "model.py": 0o644}
+    expected = {"hooks.py": 0o640, "lexicon.json": 0o600, "tool.sh": 0o750, "alias.json": 0o600, "shared.txt": 0o644,
+                "model.py": 0o644}
     assert {n: (version / n).stat().st_mode & 0o7777 for n in expected} == expected
     assert not (version / "alias.json").is_symlink() and (version / "alias.json").read_text() == "{}"
     with tarfile.open(result.archive) as tar:

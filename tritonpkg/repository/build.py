@@ -304,7 +304,7 @@ def read_spec_file(spec: Spec, rel: object, field_name: str) -> tuple[bytes, int
     if len(data) > MAX_SPEC_FILE_BYTES:
         raise SpecError(f"{safepath.quote(rel)} grew past {MAX_SPEC_FILE_BYTES} bytes while read",
                         file=spec.source, field=field_name, expected=f"at most {MAX_SPEC_FILE_BYTES} bytes")
-    return data, stat.S_IMODE(st.st_mode) & 0o777
+    return data, stat.S_IMODE(st.st_mode) & 0o755  # never wider; group/other write (a umask's) dropped
 
 
 def _tokenizer_json(spec: Spec, rel: str) -> bytes:
