@@ -142,7 +142,7 @@ def client():
     ("/v1/chat/completions", {"model": "m", "messages": USER, "response_format": {"type": "json_schema",
                               "json_schema": {"name": "s", "schema": SCHEMA, "x": 1}}}, "response_format.json_schema.x"),
     ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": "http://x"}}]}]}, "messages[0].content"),
+        {"type": "image_url", "image_url": {"url": "http://x"}}]}]}, "messages.0.content"),
     ("/v1/chat/completions", {"model": "m", "messages": []}, "messages"),
     ("/v1/chat/completions", {"model": "m", "messages": USER, "stream_options": {"continuous_usage_stats": True}},
      "stream_options.continuous_usage_stats"),
@@ -163,7 +163,7 @@ def test_a_body_that_is_not_json_is_a_400(client):
 
 
 def test_field_path_drops_union_branch_tags():
-    assert field_path(("body", "messages", 0, "content", "list[TextPart]", 0, "type")) == "messages[0].content[0].type"
+    assert field_path(("body", "messages", 0, "content", "list[TextPart]", 0, "type")) == "messages.0.content.0.type"
 
 
 @pytest.mark.parametrize("message, status", [

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from tritonpkg.cli._common import console, library_errors, print_json, serve_until_stopped, stop_signals
+from tritonpkg.cli._common import console, err_console, library_errors, print_json, serve_until_stopped, stop_signals
 
 
 @library_errors()
@@ -25,16 +25,30 @@ def frontend(
         None, "--triton-admin-key", envvar="TRITONPKG_ADMIN_KEY", show_default=False,
         help="Triton's admin key (`serve --json` prints it; prefer the environment variable): listing the "
              "models needs it."),
+    api_key: str | None = typer.Option(
+        None, "--api-key", envvar="TRITONPKG_API_KEY", show_default=False,
+        help="Require 'Authorization: Bearer KEY' on every /v1 route (/health stays open). Prefer the "
+             "environment variable or --api-key-file: a command line is visible to other users."),
+    api_key_file: Path | None = typer.Option(
+        None, "--api-key-file", help="Read the API key from FILE, which only its owner may read (chmod 600)."),
+    max_request_bytes: int = typer.Option(
+        16 * 1024 * 1024, "--max-request-bytes", min=1024, help="Largest request body; larger ones get a 413."),
 ) -> None:
     """Serve /v1/models, /v1/completions, /v1/chat/completions, /v1/embeddings and /health/ready for the
     models of a running Triton; stop cleanly on Ctrl-C or SIGTERM."""
     import threading
 
     from tritonpkg.frontend import FrontendServer, FrontendSettings
+    from tritonpkg.frontend.auth import exposure_warning, load_api_key
 
+    key = load_api_key(api_key, api_key_file)
     settings = FrontendSettings(triton_grpc_url=triton_grpc, host=host, port=port, request_timeout_s=timeout,
                                 model_repository=model_repository.absolute() if model_repository else None,
-                                triton_admin_key=triton_admin_key or None)
+                                triton_admin_key=triton_admin_key or None, api_key=key,
+                                max_request_bytes=max_request_bytes)
+    warning = exposure_warning(host, port, key is not None)
+    if warning:
+        err_console.print(f"[bold yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
     stop = threading.Event()
     server = FrontendServer(settings)
     with stop_signals(lambda *_: stop.set()):
@@ -60,14 +74,18 @@ def _report(server, as_json: bool) -> None:
 
     from tritonpkg.errors import RuntimeSetupError
 
+    key = server.settings.api_key
+    headers = {"Authorization": f"Bearer {key.get_secret_value()}"} if key is not None else {}
     try:
-        with urllib.request.urlopen(server.url + "/v1/models", timeout=60) as resp:
+        with urllib.request.urlopen(urllib.request.Request(server.url + "/v1/models", headers=headers),
+                                    timeout=60) as resp:
             models = json.load(resp)["data"]
     except urllib.error.HTTPError as exc:
         reason = json.loads(exc.read() or b"{}").get("error", {}).get("message", str(exc))
         raise RuntimeSetupError(f"the frontend cannot list Triton's models: {reason}", field="--triton-grpc",
                                 expected="a running Triton at that gRPC address") from None
     data = {"openai_url": server.url, "triton_grpc_url": server.settings.triton_grpc_url,
+            "api_key_required": key is not None,
             "models": [{"id": m["id"], "kind": m["kind"], "version": m["version"]} for m in models]}
     if as_json:
         print_json(data)

@@ -67,14 +67,26 @@ def serve(
     metrics_token: str | None = typer.Option(
         None, "--metrics-token", envvar="TRITONPKG_METRICS_TOKEN", show_default=False, callback=_metrics_token,
         help="Require `Authorization: Bearer <token>` on the merged /metrics (prefer the environment variable)."),
+    api_key: str | None = typer.Option(
+        None, "--api-key", envvar="TRITONPKG_API_KEY", show_default=False,
+        help="Require 'Authorization: Bearer KEY' on every /v1 route of the OpenAI API (/health stays open). "
+             "Prefer the environment variable or --api-key-file: a command line is visible to other users."),
+    api_key_file: Path | None = typer.Option(
+        None, "--api-key-file", help="Read the OpenAI API key from FILE, which only its owner may read (chmod 600)."),
+    max_request_bytes: int = typer.Option(
+        16 * 1024 * 1024, "--max-request-bytes", min=1024,
+        help="Largest OpenAI request body; larger ones get a 413."),
 ) -> None:
     """Serve a model repository or package in the real Triton server; stop cleanly on Ctrl-C or SIGTERM."""
     if runtime is RuntimeKind.docker:
         _print_docker(repo, target_release, weights, http_port, grpc_port, metrics_port, host, as_json)
         return
+    from tritonpkg.frontend.auth import load_api_key
     from tritonpkg.runtime.startup import StartupOptions
 
+    openai_key = load_api_key(api_key, api_key_file)
     options = StartupOptions(
+        openai_api_key=openai_key, max_request_bytes=max_request_bytes,
         source=repo, host=host, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
         openai_port=openai_port, openai=openai, execution_mode=mode.value if mode else None, state_dir=state_dir,
         weights_root=weights_root, startup_timeout=timeout, install_plugins=plugins, metrics_token=metrics_token or None,

@@ -11,16 +11,20 @@ import gc
 import json
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, suppress
-from typing import Any
+from typing import Any, Callable
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.security import HTTPBearer
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tritonpkg.frontend.catalog import Catalog, ModelEntry
 from tritonpkg.frontend.embeddings import embed_texts, embeddings_body, input_texts
 from tritonpkg.frontend.errors import APIError, field_path
+from tritonpkg.frontend.guard import RequestGuard
 from tritonpkg.frontend.mapping import (Plan, chat_messages, chat_plan, completion_plan, default_max_tokens,
                                         without_added_bos)
 from tritonpkg.frontend.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, RerankRequest
@@ -39,21 +43,44 @@ ERROR_SCHEMA = {
 }
 ERRORS = {status: {"description": text, "content": {"application/json": {"schema": ERROR_SCHEMA}}}
           for status, text in ((400, "Invalid request (the field is named in error.param)"),
-                               (404, "Unknown model"), (503, "Triton or the model is not ready"))}
+                               (404, "Unknown model"), (413, "The body is larger than --max-request-bytes"),
+                               (503, "Triton or the model is not ready"))}
+UNAUTHORIZED = {401: {"description": "Missing or incorrect API key (Authorization: Bearer <key>)",
+                      "content": {"application/json": {"schema": ERROR_SCHEMA}}}}
 SSE = {200: {"content": {"text/event-stream": {}}, "description": "JSON, or server-sent events with stream=true"}}
 
 
 def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
     """pydantic's 422 -> OpenAI's 400 naming the first bad field."""
     first = exc.errors()[0] if exc.errors() else {}
-    param = field_path(tuple(first.get("loc", ()))) or None
+    loc = tuple(first.get("loc", ()))
+    if first.get("type") == "json_invalid":  # loc is ('body', <character offset>), not a field
+        reason = (first.get("ctx") or {}).get("error") or first.get("msg")
+        at = f" at character {loc[-1]}" if loc and isinstance(loc[-1], int) else ""
+        return JSONResponse(APIError(400, f"the body is not valid JSON: {reason}{at}").body(), status_code=400)
+    param = field_path(loc) or None
     if first.get("type") == "extra_forbidden":
         message = f"unknown field '{param}': the frontend does not know it, so it cannot be honoured"
-    elif first.get("type") == "json_invalid":
-        message = f"the body is not valid JSON: {first.get('msg')}"
-    else:
+    elif param:
         message = f"'{param}': {first.get('msg', 'invalid value')}"
+    else:
+        message = "the body must be a JSON object sent as Content-Type: application/json"
     return JSONResponse(APIError(400, message, param=param).body(), status_code=400)
+
+
+def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    """Starlette's and FastAPI's own refusals (unknown route, wrong method, a body the parser gave up on)
+    in the OpenAI shape instead of {"detail": ...}."""
+    status = exc.status_code
+    if status == 400 and isinstance(exc.__cause__, RecursionError):
+        message = "the body is nested too deeply to parse"
+    elif status == 404:
+        message = f"no route {request.method} {request.url.path}"
+    elif status == 405:
+        message = f"{request.method} is not allowed on {request.url.path}"
+    else:
+        message = str(exc.detail)
+    return JSONResponse(APIError(status, message).body(), status_code=status, headers=exc.headers)
 
 
 def _api_error(_request: Request, exc: APIError) -> JSONResponse:
@@ -81,6 +108,8 @@ def create_app(settings: FrontendSettings) -> FastAPI:
         except APIError as exc:  # Triton may come (back) later: requests rediscover, 503 until then
             log.warning("no models discovered yet: %s", exc.message)
         app.state.backend, app.state.catalog = backend, catalog
+        # Prompts are tokenized here, never on the event loop: an 8 MB prompt takes seconds to encode.
+        app.state.tokenize = ThreadPoolExecutor(settings.tokenizer_threads, thread_name_prefix="tokenize")
         # What start-up leaves is long-lived (FastAPI's models, grpc, the tokenizers); with transformers'
         # tokenizer it was ~450k objects, and one full collection stalled the event loop 230-275 ms. Frozen,
         # the collector never walks them again (vLLM's server does the same).
@@ -89,6 +118,7 @@ def create_app(settings: FrontendSettings) -> FastAPI:
         try:
             yield
         finally:
+            app.state.tokenize.shutdown(wait=False, cancel_futures=True)
             await backend.close()
 
     app = FastAPI(title="tritonpkg OpenAI-compatible frontend", version="1", lifespan=lifespan,
@@ -96,8 +126,15 @@ def create_app(settings: FrontendSettings) -> FastAPI:
                               "vLLM, Jina and Cohere, over Triton gRPC. Strict: a field the backend cannot honour "
                               "is a 400 naming it.")
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
+    app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
     app.add_exception_handler(APIError, _api_error)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, _unexpected)
+    key = settings.api_key.get_secret_value() if settings.api_key is not None else None
+    app.add_middleware(RequestGuard, api_key=key, max_body=settings.max_request_bytes,
+                       max_headers=settings.max_header_count)
+    # The guard checks the key; the dependency only documents the bearer scheme in /openapi.json.
+    v1 = [Depends(HTTPBearer(auto_error=False, description="the server's API key"))] if key else []
+    errors = {**ERRORS, **UNAUTHORIZED} if key else ERRORS
 
     def backend(request: Request) -> TritonBackend:
         return request.app.state.backend
@@ -105,7 +142,7 @@ def create_app(settings: FrontendSettings) -> FastAPI:
     def catalog(request: Request) -> Catalog:
         return request.app.state.catalog
 
-    @app.get("/v1/models", responses=ERRORS)
+    @app.get("/v1/models", responses=errors, dependencies=v1)
     async def list_models(request: Request) -> dict[str, Any]:
         cat = catalog(request)
         await cat.refresh()
@@ -132,12 +169,15 @@ def create_app(settings: FrontendSettings) -> FastAPI:
     async def live() -> dict[str, str]:
         return {"status": "live"}
 
-    @app.post("/v1/completions", responses={**SSE, **ERRORS})
+    @app.post("/v1/completions", responses={**SSE, **errors}, dependencies=v1)
     async def completions(body: CompletionRequest, request: Request):
         plan = completion_plan(body)
+        _check_sequences(plan, settings.max_sequences)
         entry = await catalog(request).get(body.model, ("generate",))
+        for i, prompt in enumerate(plan.prompts):
+            _check_prompt_bytes(entry, prompt, "prompt", f" (prompt {i})" if len(plan.prompts) > 1 else "")
         if "max_tokens" not in plan.params and entry.tokenizer is not None:
-            longest = max(len(entry.tokenizer.encode(p)) for p in plan.prompts)
+            longest = await _off_loop(request, _longest_prompt, entry.tokenizer, plan.prompts)
             _set_default_max_tokens(plan, entry, longest, "prompt")
         rid, created = new_id("cmpl"), int(time.time())
         if plan.stream:
@@ -146,11 +186,12 @@ def create_app(settings: FrontendSettings) -> FastAPI:
         outputs = await _unless_client_leaves(request, _each(backend(request), entry, plan))
         return _json(completion_body(rid, created, body.model, plan.prompts, outputs, plan.echo, plan.logprobs))
 
-    @app.post("/v1/chat/completions", responses={**SSE, **ERRORS})
+    @app.post("/v1/chat/completions", responses={**SSE, **errors}, dependencies=v1)
     async def chat(body: ChatCompletionRequest, request: Request):
         plan = chat_plan(body)
+        _check_sequences(plan, settings.max_sequences)
         entry = await catalog(request).get(body.model, ("generate",))
-        prompt, n_prompt = _render_chat(entry, body, plan)
+        prompt, n_prompt = await _off_loop(request, _render_chat, entry, body, plan)
         if "max_tokens" not in plan.params:
             _set_default_max_tokens(plan, entry, n_prompt, "messages")
         rid, created = new_id("chatcmpl"), int(time.time())
@@ -160,14 +201,14 @@ def create_app(settings: FrontendSettings) -> FastAPI:
         output = await _unless_client_leaves(request, _one(backend(request), entry, plan, prompt))
         return _json(chat_body(rid, created, body.model, output, plan.logprobs, plan.tool))
 
-    @app.post("/v1/embeddings", responses=ERRORS)
+    @app.post("/v1/embeddings", responses=errors, dependencies=v1)
     async def embeddings(body: EmbeddingRequest, request: Request):
         texts = input_texts(body)
         entry = await catalog(request).get(body.model)
         vectors, tokens = await embed_texts(entry, texts, body.dimensions, backend(request))
         return _json(embeddings_body(body, vectors, tokens))
 
-    @app.post("/v1/rerank", responses=ERRORS)
+    @app.post("/v1/rerank", responses=errors, dependencies=v1)
     async def rerank(body: RerankRequest, request: Request):
         """Documents ranked by a `scoring`-template model (bi-encoder cosine or a cross-encoder)."""
         entry = await catalog(request).get(body.model, ("score",))
@@ -178,6 +219,48 @@ def create_app(settings: FrontendSettings) -> FastAPI:
     return app
 
 
+def _check_sequences(plan: Plan, limit: int) -> None:
+    """Every prompt times n is one sequence in the engine: a bound per request, so one request cannot
+    fill the engine's batch (vLLM schedules 256 sequences at a time by default)."""
+    prompts = max(len(plan.prompts), 1)
+    if prompts * plan.n > limit:
+        raise APIError(400, f"{prompts} prompt(s) x n={plan.n} ask for {prompts * plan.n} sequences; at most {limit} "
+                            "per request", param="n" if plan.n > 1 and prompts <= limit else "prompt")
+
+
+def _check_prompt_bytes(entry: ModelEntry, text: str, param: str, which: str = "") -> None:
+    """Refuse, before tokenizing it, a prompt too long in bytes to fit the context in any tokenization
+    (entry.max_prompt_bytes: the context times the most bytes one token of this tokenizer covers)."""
+    bound = entry.max_prompt_bytes
+    if bound is None or len(text) * 4 <= bound:  # a character is at most 4 bytes of UTF-8
+        return
+    if len(text) > bound:
+        size = f"at least {len(text)}"
+    else:
+        encoded = len(text.encode("utf-8"))
+        if encoded <= bound:
+            return
+        size = str(encoded)
+    raise APIError(400, f"the prompt{which} has {size} bytes; model '{entry.name}' has a context of "
+                        f"{entry.max_model_len} tokens, and no text of more than {bound} bytes fits in it", param=param)
+
+
+async def _off_loop(request: Request, fn: Callable[..., Any], *args: Any) -> Any:
+    return await asyncio.get_running_loop().run_in_executor(request.app.state.tokenize, fn, *args)
+
+
+def _count(tokenizer: Any, text: str, add_special_tokens: bool) -> int:
+    """Token count without building the id list (a ChatTokenizer can; transformers' cannot)."""
+    count = getattr(tokenizer, "count", None)
+    if count is not None:
+        return count(text, add_special_tokens)
+    return len(tokenizer.encode(text, add_special_tokens=add_special_tokens))
+
+
+def _longest_prompt(tokenizer: Any, prompts: list[str]) -> int:
+    return max(_count(tokenizer, p, True) for p in prompts)
+
+
 def _set_default_max_tokens(plan: Plan, entry: ModelEntry, prompt_tokens: int, param: str) -> None:
     value = default_max_tokens(entry.max_model_len, prompt_tokens, param)
     if value is not None:
@@ -185,7 +268,8 @@ def _set_default_max_tokens(plan: Plan, entry: ModelEntry, prompt_tokens: int, p
 
 
 def _render_chat(entry: ModelEntry, body: ChatCompletionRequest, plan: Plan) -> tuple[str, int]:
-    """The model's own chat template over the messages -> (prompt text, its token count)."""
+    """The model's own chat template over the messages -> (prompt text, its token count); runs in the
+    tokenizer pool."""
     tokenizer = entry.tokenizer
     if tokenizer is None:
         raise APIError(400, f"chat is unavailable for model '{entry.name}': {entry.tokenizer_error}", param="model")
@@ -198,7 +282,8 @@ def _render_chat(entry: ModelEntry, body: ChatCompletionRequest, plan: Plan) -> 
     except Exception as exc:  # noqa: BLE001 - a template's own error (e.g. a role it refuses) is the request's
         raise APIError(400, f"the chat template of model '{entry.name}' refused the messages: {exc}",
                        param="messages") from None
-    return without_added_bos(prompt, entry.bos_added), len(tokenizer.encode(prompt, add_special_tokens=False))
+    _check_prompt_bytes(entry, prompt, "messages", " rendered by the chat template")
+    return without_added_bos(prompt, entry.bos_added), _count(tokenizer, prompt, False)
 
 
 async def _start(be: TritonBackend, entry: ModelEntry, plan: Plan, prompt: str):

@@ -38,11 +38,19 @@ class ModelEntry:
     tokenizer: Any = field(default=None, repr=False)
     tokenizer_error: str | None = None
     bos_added: str | None = None  # the BOS text the engine's tokenizer puts before every prompt, if any
+    token_bytes: int | None = None  # the most prompt bytes one token can cover (None: no bound is known)
 
     @property
     def max_model_len(self) -> int | None:
         value = (self.engine_args or {}).get("max_model_len")
         return int(value) if value else None
+
+    @property
+    def max_prompt_bytes(self) -> int | None:
+        """No prompt longer than this (in UTF-8 bytes) fits the context, however it tokenizes."""
+        if self.max_model_len is None or self.token_bytes is None:
+            return None
+        return self.max_model_len * self.token_bytes
 
     def tokenizer_path(self) -> str | None:
         if not self.engine_args:
@@ -169,9 +177,10 @@ def load_tokenizer(entry: ModelEntry) -> None:
                                  "model repository (--model-repository)")
         return
     try:
-        from tritonpkg.frontend.chat_tokenizer import load_chat_tokenizer
+        from tritonpkg.frontend.chat_tokenizer import bytes_per_token, load_chat_tokenizer
 
         entry.tokenizer = load_chat_tokenizer(path)
+        entry.token_bytes = bytes_per_token(entry.tokenizer)
         bos_id = entry.tokenizer.bos_token_id
         if bos_id is not None and entry.tokenizer.encode("a")[:1] == [bos_id]:
             entry.bos_added = entry.tokenizer.bos_token

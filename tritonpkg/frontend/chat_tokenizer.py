@@ -44,6 +44,10 @@ class ChatTokenizer:
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
 
+    def count(self, text: str, add_special_tokens: bool = True) -> int:
+        """len(encode(text)) without the id list: encoding releases the GIL, building millions of ints does not."""
+        return len(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
+
     def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None,
                             add_generation_prompt: bool = False, tokenize: bool = False) -> str:
         """The prompt text (`tokenize` must stay False: callers count tokens with `encode`)."""
@@ -69,6 +73,64 @@ def load_chat_tokenizer(path: str | Path) -> Any:
     for key, value in _special_tokens(_json(folder / "special_tokens_map.json")).items():
         tokens.setdefault(key, value)
     return ChatTokenizer(load_tokenizer(str(folder / "tokenizer.json")), _templates(folder, config), tokens)
+
+
+# How many input bytes a normalizer may fold into one byte of what the model sees: composition (NFC),
+# compatibility forms (NFKC: a 3-byte fullwidth letter -> 1 byte) and case (the 3-byte Kelvin sign -> 'k').
+_FOLDING = {"NFC": 3, "NFD": 3, "NFKC": 3, "NFKD": 3, "Lowercase": 3, "Prepend": 1}
+# Pre-tokenizers that keep every byte (whitespace splitters drop what they split on).
+_KEEPING = {"ByteLevel", "Metaspace", "Digits", "Punctuation", "UnicodeScripts", "Split"}
+
+
+def bytes_per_token(tokenizer: Any) -> int | None:
+    """The most prompt bytes (UTF-8) one token can stand for, so that a prompt of more than
+    max_model_len times this many bytes cannot fit the context however it tokenizes; None where no such
+    bound holds (an unknown token that swallows a whole word, a normalizer or pre-tokenizer that deletes
+    text, an added token that strips whitespace, or a tokenizer this module did not load)."""
+    inner = getattr(tokenizer, "tokenizer", None) if isinstance(tokenizer, ChatTokenizer) else None
+    if inner is None:
+        return None
+    spec = json.loads(inner.to_str())
+    model = spec.get("model") or {}
+    if model.get("type") != "BPE" or (model.get("unk_token") and model.get("fuse_unk") and not model.get("byte_fallback")):
+        return None  # WordPiece/WordLevel/Unigram unknowns and fused BPE unknowns cover any length of text
+    if any(t.get("lstrip") or t.get("rstrip") for t in spec.get("added_tokens") or []):
+        return None
+    folding = _normalizer_folding(spec.get("normalizer"))
+    if folding is None or not _keeps_bytes(spec.get("pre_tokenizer")):
+        return None
+    longest = max((len(token.encode("utf-8")) for token in inner.get_vocab(with_added_tokens=True)), default=1)
+    return max(longest, 4) * folding  # an unknown character (BPE without fusing) is one token of <= 4 bytes
+
+
+def _normalizer_folding(normalizer: dict | None) -> int | None:
+    if not normalizer:
+        return 1
+    kind = normalizer.get("type")
+    if kind == "Sequence":
+        total = 1
+        for part in normalizer.get("normalizers") or []:
+            factor = _normalizer_folding(part)
+            if factor is None:
+                return None
+            total *= factor
+        return total
+    if kind == "Replace":
+        pattern, content = normalizer.get("pattern") or {}, normalizer.get("content") or ""
+        if "String" not in pattern or not content:
+            return None  # a regex, or a replacement that deletes
+        return max(1, -(-len(pattern["String"].encode()) // len(content.encode())))
+    return _FOLDING.get(kind)
+
+
+def _keeps_bytes(pre: dict | None) -> bool:
+    if not pre:
+        return True
+    if pre.get("type") == "Sequence":
+        return all(_keeps_bytes(p) for p in pre.get("pretokenizers") or [])
+    if pre.get("type") == "Split":
+        return str(pre.get("behavior", "")).lower() != "removed"
+    return pre.get("type") in _KEEPING
 
 
 def _json(path: Path) -> dict:

@@ -17,6 +17,8 @@ from tritonpkg.frontend.protocol import EmbeddingRequest
 from tritonpkg.frontend.triton import TritonBackend
 from tritonpkg.gateway.frontend_bridge import embed as gateway_embed
 
+MAX_INPUTS = 2048
+
 async def embed_texts(entry: ModelEntry, texts: list[str], dimensions: int | None,
                       backend: TritonBackend) -> tuple[list[np.ndarray], int | None]:
     """Texts -> (one vector per text, prompt tokens or None when the model does not count them)."""
@@ -46,4 +48,7 @@ def input_texts(req: EmbeddingRequest) -> list[str]:
     texts = [req.input] if isinstance(req.input, str) else list(req.input)
     if not texts:
         raise APIError(400, "'input' must not be an empty list", param="input")
+    if len(texts) > MAX_INPUTS:
+        raise APIError(400, f"'input' has {len(texts)} texts; at most {MAX_INPUTS} per request (OpenAI's limit)",
+                       param="input")
     return texts

@@ -41,18 +41,16 @@ UNION_TAGS = {"str", "int", "float", "bool", "none", "dict", "list"}
 
 
 def field_path(loc: tuple[Any, ...]) -> str:
-    """pydantic's ('body', 'messages', 0, 'content') -> 'messages[0].content' (union branch tags dropped)."""
-    out = ""
-    for part in loc:
-        if part == "body" and not out:
+    """pydantic's ('body', 'messages', 0, 'content') -> 'messages.0.content', the dotted form OpenAI's
+    errors use (union branch tags dropped)."""
+    parts = []
+    for i, part in enumerate(loc):
+        if part == "body" and i == 0:
             continue
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif isinstance(part, str) and (part in UNION_TAGS or "[" in part or part[:1].isupper() or "-" in part):
+        if isinstance(part, str) and (part in UNION_TAGS or "[" in part or part[:1].isupper() or "-" in part):
             continue  # a union branch's tag ('str', 'list[TextPart]', 'NamedToolChoice'), not a field
-        else:
-            out += f".{part}" if out else str(part)
-    return out
+        parts.append(str(part))
+    return ".".join(parts)
 
 
 def from_triton(message: str) -> APIError:

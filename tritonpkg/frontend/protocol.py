@@ -6,12 +6,73 @@ of being dropped. Fields OpenAI defines but the vLLM backend cannot honour are l
 
 from __future__ import annotations
 
+import math
+from collections import deque
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from tritonpkg.frontend.errors import APIError
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # what vLLM's SamplingParams and its tensors carry
+MAX_NESTING = 64  # JSON schemas and vLLM extensions included
+
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+def check_json(value: Any) -> None:
+    """What no field may carry, wherever it sits in a request body: a lone surrogate (not UTF-8, so
+    not sendable to Triton), an integer outside 64 bits, a non-finite number (Python's JSON parser takes
+    NaN and Infinity), or nesting deeper than MAX_NESTING. A 400 naming the field ('messages.1.content')."""
+    queue: deque[tuple[Any, tuple[Any, ...]]] = deque([(value, ())])
+    while queue:
+        item, path = queue.popleft()
+        if isinstance(item, str):
+            _text(item, path)
+        elif isinstance(item, bool) or item is None:
+            continue
+        elif isinstance(item, int):
+            if not INT64_MIN <= item <= INT64_MAX:
+                raise APIError(400, f"'{_dotted(path)}': {item} is outside the 64-bit integer range the backend carries",
+                               param=_dotted(path) or None)
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise APIError(400, f"'{_dotted(path)}': {item} is not a finite number", param=_dotted(path) or None)
+        elif isinstance(item, (dict, list)):
+            if len(path) >= MAX_NESTING:
+                raise APIError(400, f"the body is nested more than {MAX_NESTING} levels deep",
+                               param=str(path[0]) if path else None)
+            pairs = item.items() if isinstance(item, dict) else enumerate(item)
+            for key, child in pairs:
+                if isinstance(key, str):
+                    _text(key, path)  # a key of this object
+                queue.append((child, (*path, key)))
+
+
+def _text(text: str, path: tuple[Any, ...]) -> None:
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise APIError(400, f"'{_dotted(path)}' holds a lone surrogate (\\u{ord(text[exc.start]):04x} at character "
+                            f"{exc.start}), which is not valid Unicode text", param=_dotted(path) or None) from None
+
+
+def _dotted(path: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in path)
+
+
+class Body(Strict):
+    """A request body: check_json runs over the whole of it before the fields are validated."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _checked(cls, data: Any) -> Any:
+        check_json(data)
+        return data
 
 
 class StreamOptions(Strict):
@@ -30,13 +91,13 @@ class ResponseFormat(Strict):
     json_schema: JSONSchemaFormat | None = None
 
 
-class SamplingFields(Strict):
+class SamplingFields(Body):
     """Fields shared by completions and chat: OpenAI's, then vLLM's extensions the backend honours."""
 
     model: str
     stream: bool = False
     stream_options: StreamOptions | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=INT64_MAX)
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
     n: int = Field(default=1, ge=1, le=16)
@@ -48,10 +109,10 @@ class SamplingFields(Strict):
     user: str | None = Field(default=None, description="An end-user id; recorded nowhere and does not change the output.")
     response_format: ResponseFormat | None = None
     # vLLM extensions (names as in vLLM's own OpenAI server)
-    top_k: int | None = Field(default=None, ge=-1)
+    top_k: int | None = Field(default=None, ge=-1, le=INT64_MAX)
     min_p: float | None = Field(default=None, ge=0, le=1)
     repetition_penalty: float | None = Field(default=None, gt=0, le=2)
-    min_tokens: int | None = Field(default=None, ge=0)
+    min_tokens: int | None = Field(default=None, ge=0, le=INT64_MAX)
     ignore_eos: bool | None = None
     stop_token_ids: list[int] | None = None
     skip_special_tokens: bool | None = None
@@ -127,7 +188,7 @@ class NamedToolChoice(Strict):
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[Message] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=INT64_MAX)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     tools: list[Tool] | None = None
@@ -146,21 +207,22 @@ class ChatCompletionRequest(SamplingFields):
     web_search_options: Any = None
 
 
-class EmbeddingRequest(Strict):
+class EmbeddingRequest(Body):
     model: str
     input: str | list[str] = Field(description="A string or a list of strings (token-id inputs are not supported).")
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: int | None = Field(default=None, ge=1)
+    dimensions: int | None = Field(default=None, ge=1, le=INT64_MAX)
     user: str | None = None
 
 
-class RerankRequest(Strict):
+class RerankRequest(Body):
     """The rerank body of vLLM's, Jina's and Cohere's APIs."""
 
     model: str
     query: str
-    documents: list[str] = Field(min_length=1, description="Texts to rank against the query (strings only).")
-    top_n: int | None = Field(default=None, ge=1, description="Return the best n (default: all, best first).")
+    documents: list[str] = Field(min_length=1, max_length=2048,
+                                 description="Texts to rank against the query (strings only, at most 2048).")
+    top_n: int | None = Field(default=None, ge=1, le=INT64_MAX, description="Return the best n (default: all, best first).")
     return_documents: bool = Field(default=True, description="Echo each document's text in its result.")
 
 

@@ -10,6 +10,46 @@ from tritonpkg.errors import RuntimeSetupError
 from tritonpkg.frontend.settings import FrontendSettings
 
 START_TIMEOUT_S = 120.0
+HEADERS_TOO_LARGE = (b'{"error":{"message":"the request line and headers are larger than this server accepts",'
+                     b'"type":"invalid_request_error","param":null,"code":"headers_too_large"}}')
+
+
+def bounded_http_protocol():
+    """uvicorn's httptools protocol with h11's bound on the request head (its
+    `h11_max_incomplete_event_size`), which httptools lacks: without it a client can send megabytes of
+    headers and the server holds them all. Bytes are counted after parsing, so a chunk that ends the head
+    and carries the body is not mistaken for a long head; at most one read (256 KiB) passes the bound.
+    Without httptools: h11, which enforces the same bound itself."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    except ImportError:
+        return "h11"
+
+    class BoundedHttpToolsProtocol(HttpToolsProtocol):
+        _in_head = False
+        _head_bytes = 0
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._in_head, self._head_bytes = True, 0
+
+        def on_headers_complete(self) -> None:
+            self._in_head = False
+            super().on_headers_complete()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if not self._in_head or self.transport.is_closing():
+                return
+            self._head_bytes += len(data)
+            if self._head_bytes > self.config.h11_max_incomplete_event_size:
+                self.logger.warning("request head over %d bytes refused", self.config.h11_max_incomplete_event_size)
+                self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json"
+                                     b"\r\ncontent-length: " + str(len(HEADERS_TOO_LARGE)).encode() +
+                                     b"\r\nconnection: close\r\n\r\n" + HEADERS_TOO_LARGE)
+                self.transport.close()
+
+    return BoundedHttpToolsProtocol
 
 
 class FrontendServer:
@@ -40,7 +80,8 @@ class FrontendServer:
             self.port = free_port(self.settings.host if self.settings.host not in ("0.0.0.0", "") else "127.0.0.1")
         config = uvicorn.Config(create_app(self.settings), host=self.settings.host, port=self.port,
                                 log_level=self.settings.log_level, lifespan="on", access_log=False,
-                                timeout_graceful_shutdown=5)
+                                timeout_graceful_shutdown=5, http=bounded_http_protocol(),
+                                h11_max_incomplete_event_size=self.settings.max_header_bytes)
         self._server = server = uvicorn.Server(config)
         server.install_signal_handlers = lambda: None  # type: ignore[method-assign] # the caller owns signals
 

@@ -1,10 +1,13 @@
-"""FrontendSettings: where Triton is, where the frontend listens, and where the model repository lies."""
+"""FrontendSettings: where Triton is, where the frontend listens, where the model repository lies, the
+API key and the bounds every request must stay within."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
 
 
 class FrontendSettings(BaseModel):
@@ -21,3 +24,12 @@ class FrontendSettings(BaseModel):
     triton_admin_key: SecretStr | None = Field(
         None, description="The key of Triton's restricted admin APIs (tritonpkg.runtime.admin): the frontend lists "
                           "models through the repository index, one of them.")
+    api_key: SecretStr | None = Field(
+        None, description="Bearer token every /v1 route requires (compared in constant time); None: open.")
+    max_request_bytes: int = Field(MAX_REQUEST_BYTES, ge=1024, description="Largest request body; larger is a 413.")
+    max_header_count: int = Field(256, ge=8, description="Most headers one request may carry (vLLM's h11 default).")
+    max_header_bytes: int = Field(
+        16 * 1024, ge=4096, description="h11's bound on the request line + headers (its own default; vLLM raises "
+                                        "it to 4 MiB, which no OpenAI client needs).")
+    max_sequences: int = Field(256, ge=1, description="Most sequences (prompts x n) one request may ask for.")
+    tokenizer_threads: int = Field(2, ge=1, le=64, description="Threads that tokenize prompts off the event loop.")

@@ -25,6 +25,7 @@ from tritonpkg.gateway.admission import TokenAdmission
 from tritonpkg.gateway.chunking import plan_chunks
 
 TOKENIZE_OFF_LOOP = 8  # batches larger than this are tokenized in a worker thread
+TOKENIZE_OFF_LOOP_CHARS = 64 * 1024  # and so are fewer texts this long (a megabyte takes about a second)
 
 
 class GatewayRequestError(TritonpkgError):
@@ -101,7 +102,7 @@ class EmbeddingGateway:
     async def tokenize(self, texts: Sequence[str], truncate: bool | None = None, field: str = "input") -> list[list[int]]:
         truncate = self.truncate if truncate is None else truncate
         try:
-            if len(texts) > TOKENIZE_OFF_LOOP:
+            if len(texts) > TOKENIZE_OFF_LOOP or sum(map(len, texts)) > TOKENIZE_OFF_LOOP_CHARS:
                 return await asyncio.to_thread(encode_texts, self.tokenizer, texts, self.max_length, truncate, field)
             return encode_texts(self.tokenizer, texts, self.max_length, truncate, field)
         except EmbeddingInputError as exc:

@@ -261,7 +261,8 @@ class ServingStack:
 
         settings = FrontendSettings(triton_grpc_url=self.server.grpc_url, host=self.options.host,
                                     port=self.options.openai_port, model_repository=self.repository,
-                                    triton_admin_key=self.admin_key)
+                                    triton_admin_key=self.admin_key, api_key=self.options.openai_api_key,
+                                    max_request_bytes=self.options.max_request_bytes)
         self.frontend = FrontendServer(settings).start()
         return self.openai_url or ""
 

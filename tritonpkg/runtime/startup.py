@@ -18,6 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tritonpkg.frontend.auth import exposure_warning
 from tritonpkg.runtime.unpack import DEFAULT_MAX_BYTES, DEFAULT_MAX_MEMBERS
 
 ExecutionMode = Literal["embedded", "separate"]
@@ -47,6 +48,9 @@ class StartupOptions(BaseModel):
     max_members: int = Field(default=DEFAULT_MAX_MEMBERS, ge=1, description="refuse archives with more members")
     max_bytes: int = Field(default=DEFAULT_MAX_BYTES, ge=1, description="refuse archives that expand to more")
     install_plugins: bool = True
+    openai_api_key: str | None = Field(default=None, repr=False,
+                                       description="bearer key every /v1 route of the OpenAI API requires; None: open")
+    max_request_bytes: int = Field(default=16 * 1024 * 1024, ge=1024, description="largest OpenAI request body")
     admin_key: str | None = Field(default=None, repr=False,
                                   description="Triton's admin-API key (tritonpkg.runtime.admin); None: a new one")
     metrics_token: str | None = Field(default=None, repr=False, min_length=16, max_length=4096,
@@ -108,6 +112,9 @@ def plan_serve(options: StartupOptions, facts: PackageFacts) -> StartupPlan:
     plan.steps.append(Step("metrics", "open the merged /metrics (Triton + vLLM)"))
     if openai and mode == "embedded":
         plan.steps.append(Step("frontend", "open the OpenAI-compatible API"))
+        warning = exposure_warning(options.host, options.openai_port, options.openai_api_key is not None)
+        if warning:
+            plan.notes.append(warning)
     elif openai:
         plan.notes.append("separate mode: run `tritonpkg frontend --triton-grpc ...` beside this server "
                           "for the OpenAI API")
