@@ -51,7 +51,8 @@ def cached_snapshot(url: str, repo: str, rev: str, cache: Path | None) -> LocalS
     except safepath.UnsafePathError as exc:
         raise UnsafeKeyError(rev, exc.rule, source=url, what="revision") from None
     if ref.is_file():
-        commit = ref.read_text(errors="replace")[:64].strip()
+        with open(ref, "rb") as fh:
+            commit = fh.read(64).decode("utf-8", "replace").strip()  # a commit and a newline; no more is read
         if not _COMMIT.match(commit):
             raise StorageError(f"ref {safepath.quote(rev)} holds {safepath.quote(commit)}, not a commit", file=ref,
                                expected="40 hexadecimal digits (a Hugging Face cache written by huggingface_hub)")
