@@ -124,3 +124,37 @@ def test_files_inside_keep_their_own_modes_through_repository_archive_and_unpack
         assert {n: tar.getmember(f"repository/double/1/{n}").mode for n in expected} == expected
     out = unpack_archive(result.archive, tmp_path / "unpacked")
     assert {n: (out.repository / "double" / "1" / n).stat().st_mode & 0o7777 for n in expected} == expected
+
+
+def _tokenizer_spec(tokenizer: str) -> dict:
+    return {
+        "name": "tok", "version": 1, "kind": "python",
+        "python": {"template": "tokenizer", "parameters": {"tokenizer": tokenizer},
+                   "inputs": [{"name": "TEXT", "data_type": "STRING", "dims": [1]}],
+                   "outputs": [{"name": "IDS", "data_type": "INT64", "dims": [-1]}]},
+    }
+
+
+@pytest.mark.parametrize("name, rule", [("/etc/shadow", "an absolute path"), ("../host", "a '..' segment")])
+def test_tokenizer_parameter_outside_the_spec_folder_is_refused(write_spec, tmp_path, host_secret, name, rule):
+    (host_secret.parent / "tokenizer.json").write_text(MARKER)
+    spec = write_spec(_tokenizer_spec(name))
+    repo = tmp_path / "repo"
+    with pytest.raises(SpecError, match=rule) as err:
+        package_spec(load_spec(spec), repo)
+    assert err.value.field == "python.parameters.tokenizer" and err.value.file == str(spec)
+    assert not repo.exists() and _copies_outside_host(tmp_path, host_secret) == []
+
+
+def test_tokenizer_folder_link_leaving_the_spec_folder_is_refused(write_spec, tmp_path, host_secret):
+    (host_secret.parent / "tokenizer.json").write_text(MARKER)
+    spec = write_spec(_tokenizer_spec("tok"))
+    os.symlink(host_secret.parent, spec.parent / "tok")
+    with pytest.raises(SpecError, match="breaks the path rule") as err:
+        package_spec(load_spec(spec), tmp_path / "repo")
+    assert err.value.field == "python.parameters.tokenizer"
+    assert _copies_outside_host(tmp_path, host_secret) == []
+
+
+def _copies_outside_host(tree: Path, secret: Path) -> list[Path]:
+    return [p for p in _copies_of_marker(tree, secret) if p.parent != secret.parent]

@@ -308,13 +308,12 @@ def read_spec_file(spec: Spec, rel: object, field_name: str) -> tuple[bytes, int
 
 
 def _tokenizer_json(spec: Spec, rel: str) -> bytes:
-    path = spec.resolve(rel)
-    if path.is_dir():
-        path = path / "tokenizer.json"
-    if not path.is_file():
-        raise SpecError(f"tokenizer not found: {path}", file=spec.source, field="python.parameters.tokenizer",
-                        expected="a tokenizer.json, or a folder holding one")
-    return path.read_bytes()
+    """The tokenizer.json the spec names (the file, or a folder holding one), read under the path rule."""
+    field_name = "python.parameters.tokenizer"
+    name = str(rel).rstrip("/")
+    if name and safepath.within(spec.base_dir / name, spec.base_dir) and (spec.base_dir / name).is_dir():
+        name += "/tokenizer.json"
+    return read_spec_file(spec, name or rel, field_name)[0]
 
 
 def lock_pins(spec: Spec) -> dict[str, Any]:
