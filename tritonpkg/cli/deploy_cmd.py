@@ -198,10 +198,13 @@ def _teardown(store, state: Path, model: str, as_json: bool) -> None:
     for u in units:
         store.update_unit(model, u["name"], status="retired", weight=0, routed=False)
     store.set_deployment(model, alias=None)
+    notes = [n for n in getattr(driver, "notes", []) if n]  # e.g. a recorded group that is no longer ours
     if as_json:
-        print_json({"model": model, "stopped": [u["name"] for u in units]})
+        print_json({"model": model, "stopped": [u["name"] for u in units], "notes": notes})
     else:
         console.print(f"stopped {', '.join(u['name'] for u in units) or 'nothing'} of {model}")
+        for note in notes:
+            err_console.print(note, highlight=False, markup=False)
 
 
 @library_errors()

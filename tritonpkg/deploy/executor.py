@@ -260,9 +260,9 @@ class Executor:
             self.store.update_unit(model, step.unit, weight=0, status="inactive")  # type: ignore[arg-type]
             return ""
         if kind == "retire":
-            self.driver.retire(ep)
+            note = self.driver.retire(ep)  # the local driver says when a recorded group was not ours to stop
             self.store.update_unit(model, step.unit, weight=0, status="retired", routed=False)  # type: ignore[arg-type]
-            return ""
+            return note if isinstance(note, str) else ""
         if kind == "route":
             self.driver.route(ep, str(step.version))
             self.store.update_unit(model, step.unit, routed=True)  # type: ignore[arg-type]

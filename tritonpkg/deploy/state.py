@@ -1,17 +1,30 @@
 """Deployment state in SQLite: one row per model (strategy, alias, proxy facts), its units (version,
 weight, endpoints, process group), every run with its plan, and the history of its steps. A run left
-`running` by a killed command is found by the next command, which rolls it back (see executor)."""
+`running` by a killed command is found by the next command, which rolls it back (see executor).
+
+The state folder decides which processes later commands signal and which files they write, so it is
+trusted only when it is this user's alone: created 0700, refused when it (or a file in it) is a symlink,
+owned by another user or writable by group/others (`secure_dir`, `check_file`); its files are written
+with O_NOFOLLOW, atomically (`write_private`). A recorded process group carries its leader's start time
+and executable (`process_identity`); `recorded_group` signals only the group that still matches them."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import secrets
 import sqlite3
+import stat
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from tritonpkg.deploy.plan import LiveState, Plan, Unit
+from tritonpkg.errors import TritonpkgError
+
+SCHEMA_VERSION = 2  # 2: process groups recorded with their leader's start time and executable
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS deployments (
@@ -31,17 +44,210 @@ CREATE TABLE IF NOT EXISTS steps (
 """
 
 
+class StateDirError(TritonpkgError):
+    """A deploy state folder or file that is not safely this user's (another owner, writable by others, a link)."""
+
+
+def _owner(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except (KeyError, ImportError):
+        return f"uid {uid}"
+
+
+def _check_stat(path: Path, st: os.stat_result, kind: str) -> None:
+    if stat.S_ISLNK(st.st_mode):
+        raise StateDirError(f"is a symlink where the deploy state expects a {kind}", file=path,
+                            expected=f"a real {kind} (remove the link; tritonpkg never follows links in its state)")
+    if kind == "folder" and not stat.S_ISDIR(st.st_mode) or kind == "file" and not stat.S_ISREG(st.st_mode):
+        raise StateDirError(f"is not a {kind}", file=path, expected=f"a {kind} of the deploy state")
+    if st.st_uid != os.geteuid():
+        raise StateDirError(f"is owned by {_owner(st.st_uid)}, not by this user ({_owner(os.geteuid())})",
+                            file=path, expected=f"a {kind} this user owns (another user could change what it says)")
+    if st.st_mode & 0o022:
+        raise StateDirError(f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})", file=path,
+                            expected=f"a {kind} only its owner can write (chmod go-w)")
+
+
+def secure_dir(path: str | Path) -> Path:
+    """`path` as a folder only this user controls: created 0700 with any missing parents; refused when it
+    is a symlink, not a folder, owned by another user, or writable by group/others."""
+    path = Path(path).absolute()
+    missing = []
+    p = path
+    while not os.path.lexists(p) and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            continue
+        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fchmod(fd, 0o700)  # exactly 0700 whatever the umask
+        finally:
+            os.close(fd)
+    _check_stat(path, os.lstat(path), "folder")
+    return path
+
+
+def check_file(path: str | Path) -> bool:
+    """True when `path` is this user's regular file, False when it does not exist; StateDirError otherwise."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    _check_stat(Path(path), st, "file")
+    return True
+
+
+def _open(path: Path, flags: int, mode: int = 0o600) -> int:
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise StateDirError("is a symlink where the deploy state expects a file", file=path,
+                                expected="a real file (remove the link)") from exc
+        raise
+
+
+def write_private(path: str | Path, data: bytes | str, mode: int = 0o600) -> Path:
+    """Write `path` (in a checked state folder) atomically: a new O_EXCL|O_NOFOLLOW file beside it, fsynced,
+    renamed over it. An existing symlink or foreign file at `path` is refused, never followed."""
+    path = Path(path)
+    secure_dir(path.parent)
+    check_file(path)
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+    fd = _open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data.encode() if isinstance(data, str) else data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_private(path: str | Path, limit: int = 1 << 20) -> bytes:
+    """At most `limit` bytes of a state file, opened without following a link and checked as `check_file`."""
+    path = Path(path)
+    fd = _open(path, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as fh:
+        _check_stat(path, os.fstat(fh.fileno()), "file")
+        return fh.read(limit)
+
+
+# -- process identity -----------------------------------------------------------------------------
+def process_identity(pid: int) -> tuple[int, str] | None:
+    """(start time in clock ticks since boot: /proc/<pid>/stat field 22, executable: /proc/<pid>/exe) of a
+    live process, or None when there is no such process or it cannot be inspected (another user's)."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as fh:
+            text = fh.read().decode(errors="replace")
+        exe = os.readlink(f"/proc/{int(pid)}/exe")
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()  # comm may hold spaces and parentheses; fields from 3 on
+    return int(fields[19]), exe.removesuffix(" (deleted)")
+
+
+def identity_fields(pgid: int | None) -> dict[str, Any]:
+    """What to record beside a process group's id, read while its leader is known to be ours (just started)."""
+    ident = process_identity(pgid) if pgid else None
+    if ident is None:
+        return {"pgid": pgid}
+    return {"pgid": pgid, "pg_start": ident[0], "pg_exe": ident[1]}
+
+
+def _group_members(pgid: int) -> list[tuple[int, int]]:
+    """(pid, start time) of every live process whose process group is `pgid`."""
+    out = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                text = fh.read().decode(errors="replace")
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2:].split()
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append((int(entry.name), int(fields[19])))
+    return out
+
+
+def recorded_group(facts: Mapping[str, Any], what: str) -> tuple[int | None, str]:
+    """(pgid to signal or None, what was found). A group is ours only while its leader has the recorded
+    start time and executable; with the leader gone, its remaining members are ours (Linux does not reuse
+    a pid while it is still some process's group id) if none started before the leader did. A group
+    recorded without identity (an older state file) is never signalled."""
+    pgid = facts.get("pgid")
+    if not pgid:
+        return None, f"{what}: no process group recorded"
+    start, exe = facts.get("pg_start"), facts.get("pg_exe")
+    if start is None or not exe:
+        return None, (f"{what}: process group {pgid} was recorded without its start time and executable (state from "
+                      f"an older tritonpkg), so it is not signalled; check `ps -o pid,lstart,args -g {pgid}` and, "
+                      f"if it is this deployment's, stop it with `kill -TERM -- -{pgid}`")
+    now = process_identity(pgid)
+    if now is None:
+        members = _group_members(int(pgid))
+        if not members:
+            return None, f"{what}: process group {pgid} is gone"
+        if any(m_start < int(start) for _, m_start in members):
+            return None, f"{what}: process group {pgid} is gone, not ours (its processes started before it did): not signalled"
+        return int(pgid), f"{what}: process group {pgid} (its leader has exited)"
+    if now != (int(start), exe):
+        return None, (f"{what}: process group {pgid} is gone, not ours: pid {pgid} is now {now[1]} started at tick "
+                      f"{now[0]} (recorded: {exe} at tick {start}); not signalled")
+    return int(pgid), f"{what}: process group {pgid}"
+
+
 class StateStore:
     """A small SQLite file; each call is its own transaction so a kill leaves a consistent file."""
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = Path(path).absolute()
+        secure_dir(self.path.parent)
+        if not check_file(self.path):
+            try:
+                os.close(_open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                check_file(self.path)
         with self._db() as db:
             db.executescript(SCHEMA)
+            self._migrate(db)
+
+    @staticmethod
+    def _migrate(db: sqlite3.Connection) -> None:
+        """Rows of an older schema: a process group recorded without identity is marked unverifiable."""
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version >= SCHEMA_VERSION:
+            return
+        for row in db.execute("SELECT model, name, endpoints FROM units").fetchall():
+            ep = json.loads(row["endpoints"])
+            if ep.get("pgid") and "pg_start" not in ep:
+                ep["pg_identity"] = "unrecorded"
+                db.execute("UPDATE units SET endpoints=? WHERE model=? AND name=?",
+                           (json.dumps(ep), row["model"], row["name"]))
+        for row in db.execute("SELECT model, info FROM deployments").fetchall():
+            info = json.loads(row["info"])
+            proxy = info.get("proxy") or {}
+            if proxy.get("pgid") and "pg_start" not in proxy:
+                proxy["pg_identity"] = "unrecorded"
+                db.execute("UPDATE deployments SET info=? WHERE model=?", (json.dumps(info), row["model"]))
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     @contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
+        for name in (self.path.name, self.path.name + "-journal", self.path.name + "-wal", self.path.name + "-shm"):
+            check_file(self.path.parent / name)
         db = sqlite3.connect(self.path, timeout=30)
         db.row_factory = sqlite3.Row
         try:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tritonpkg.deploy import state
 from tritonpkg.deploy.drivers import haproxy
 from tritonpkg.deploy.plan import Unit
 from tritonpkg.errors import TritonpkgError
@@ -37,6 +38,7 @@ class LocalDriver:
         self.drain_timeout = drain_timeout
         self._servers: dict[int, Any] = {}  # slot -> TritonServer (supervised here)
         self._haproxy: Any = None  # ProcessGroup
+        self.notes: list[str] = []  # what stopping recorded process groups found (skipped ones say why)
 
     # -- the proxy -------------------------------------------------------------------------------
     @property
@@ -59,34 +61,40 @@ class LocalDriver:
         from tritonpkg.runtime.ports import free_ports
         from tritonpkg.runtime.supervisor import ProcessGroup
 
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.secure_workdir()
         auto = iter(free_ports(2))
         http_port = self.http_port or next(auto)
         grpc_port = self.grpc_port or next(auto)
         sock, routes = self.workdir / "haproxy.sock", self.workdir / "routes.map"
-        routes.write_text("")
-        sock.unlink(missing_ok=True)
+        state.write_private(routes, "")
+        sock.unlink(missing_ok=True)  # removes a link itself, never its target
         cfg = self.workdir / "haproxy.cfg"
-        cfg.write_text(haproxy.render_config(http_port=http_port, grpc_port=grpc_port, socket_path=sock,
-                                             map_path=routes, slots=self.slots))
+        state.write_private(cfg, haproxy.render_config(http_port=http_port, grpc_port=grpc_port, socket_path=sock,
+                                                       map_path=routes, slots=self.slots))
+        state.check_file(self.workdir / "haproxy.log")  # appended to: a link would be followed
         check = self._run_quiet([binary, "-c", "-q", "-f", str(cfg)])
         if check:
             raise haproxy.ProxyError(f"HAProxy rejected its configuration: {check}", file=cfg)
         group = ProcessGroup([binary, "-f", str(cfg), "-db"], dict(os.environ), self.workdir / "haproxy.log")
         self._start(group.start)
-        self.proxy = {"socket": str(sock), "map": str(routes), "config": str(cfg), "pgid": group.pgid,
+        self.proxy = {"socket": str(sock), "map": str(routes), "config": str(cfg), **state.identity_fields(group.pgid),
                       "http_port": http_port, "grpc_port": grpc_port, "slots": self.slots,
                       "http_url": f"http://127.0.0.1:{http_port}", "grpc_url": f"127.0.0.1:{grpc_port}"}
         deadline = time.monotonic() + 10
         while not self.proxy_alive():
             if group.poll() is not None or time.monotonic() > deadline:
                 group.stop(grace=2)
-                log = (self.workdir / "haproxy.log").read_text()[-2000:]
+                log = state.read_private(self.workdir / "haproxy.log").decode(errors="replace")[-2000:]
                 raise haproxy.ProxyError(f"HAProxy did not start:\n{log}", file=cfg)
             time.sleep(0.05)
         self._haproxy = group
         self._detach(group)
         return self.proxy
+
+    def secure_workdir(self) -> Path:
+        """The driver's folder under the state folder, this user's alone (tritonpkg.deploy.state.secure_dir)."""
+        state.secure_dir(self.workdir.parent)
+        return state.secure_dir(self.workdir)
 
     @staticmethod
     def _run_quiet(argv: list[str]) -> str:
@@ -143,7 +151,9 @@ class LocalDriver:
         repo = Path(release.repository)
         self.ensure_proxy()
         slot = self._free_slot(taken_slots)
+        self.secure_workdir()
         log = self.workdir / f"{unit.name}.log"
+        state.check_file(log)
         log.unlink(missing_ok=True)
         server = TritonServer(repo, runtime=self.runtime, startup_timeout=self.startup_timeout, log_path=log,
                               extra_args=[SUMMARY], exit_timeout=3, admin_key=self.admin_key(create=True))
@@ -156,7 +166,7 @@ class LocalDriver:
         if server._group is not None:
             self._detach(server._group)
         self.admin.send(haproxy.enable_slot(slot, server.http_port, server.grpc_port))
-        return {"slot": slot, "pgid": server.pgid, "http_url": server.http_url, "grpc_url": server.grpc_url,
+        return {"slot": slot, **state.identity_fields(server.pgid), "http_url": server.http_url, "grpc_url": server.grpc_url,
                 "metrics_url": server.metrics_url, "log": str(log), "repository": str(repo)}
 
     def health(self, model: str, version: int, ep: dict[str, Any], smoke: dict[str, Any] | None) -> str:
@@ -168,7 +178,7 @@ class LocalDriver:
         server = self._servers.get(ep.get("slot"))  # type: ignore[arg-type]
         if server is not None and not server.running:
             return False
-        return _group_alive(ep.get("pgid")) and rest.ok(ep["http_url"] + "/v2/health/live", timeout=1.0)
+        return _group_alive(ep) and rest.ok(ep["http_url"] + "/v2/health/live", timeout=1.0)
 
     def set_weights(self, weights: dict[str, tuple[dict[str, Any], int]]) -> None:
         """unit -> (endpoints, percent), applied in one admin-socket write."""
@@ -190,7 +200,9 @@ class LocalDriver:
                 return
             time.sleep(0.05)
 
-    def retire(self, ep: dict[str, Any]) -> None:
+    def retire(self, ep: dict[str, Any]) -> str:
+        """Take the unit's slot out of HAProxy and stop its server; returns what was found (a recorded process
+        group that is no longer the one started is left alone, and the note says so)."""
         slot = ep.get("slot")
         if slot is not None and self.proxy_alive():
             self.admin.send(haproxy.disable_slot(slot))
@@ -198,8 +210,14 @@ class LocalDriver:
         server = self._servers.pop(slot, None) if slot is not None else None
         if server is not None:
             server.stop(grace=10.0)
-        elif ep.get("pgid"):
-            _stop_group(ep["pgid"])
+            return ""
+        if ep.get("pgid"):
+            return self._note(_stop_recorded(ep, f"unit {Path(ep['log']).stem if ep.get('log') else slot}"))
+        return ""
+
+    def _note(self, text: str) -> str:
+        self.notes.append(text)
+        return text
 
     def route(self, ep: dict[str, Any], key: str) -> None:
         """Send requests that name `key` (a version number, or 'current') to the unit's slot."""
@@ -245,37 +263,49 @@ class LocalDriver:
             self._haproxy.stop(grace=3.0)
             self._haproxy = None
         elif self.proxy.get("pgid"):
-            _stop_group(self.proxy["pgid"])
-        self.proxy.pop("pgid", None)
+            self._note(_stop_recorded(self.proxy, "HAProxy"))
+        for key in ("pgid", "pg_start", "pg_exe", "pg_identity"):
+            self.proxy.pop(key, None)
 
 
-def _group_alive(pgid: int | None) -> bool:
+def _group_alive(facts: dict[str, Any]) -> bool:
+    """The recorded group still runs (and is the one recorded, when its identity was recorded)."""
+    pgid = facts.get("pgid")
     if not pgid:
         return False
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
+    if facts.get("pg_start") is None:  # an older record: signal 0 only asks whether the group exists
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
         return True
-    return True
+    return state.recorded_group(facts, "")[0] is not None
 
 
-def _stop_group(pgid: int, grace: float = 10.0) -> None:
-    """SIGTERM a recorded process group (started by an earlier command), then SIGKILL what is left."""
+def _stop_recorded(facts: dict[str, Any], what: str, grace: float = 10.0) -> str:
+    """SIGTERM a process group an earlier command started, then SIGKILL what is left, each signal only
+    after `state.recorded_group` found the group still the recorded one; returns what it found."""
+    pgid, note = state.recorded_group(facts, what)
+    if pgid is None:
+        return note
     try:
         os.killpg(pgid, signal.SIGTERM)
     except ProcessLookupError:
-        return
+        return note + ": gone"
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         try:
             os.killpg(pgid, 0)
         except ProcessLookupError:
-            return
+            return note + ": stopped"
         time.sleep(0.1)
+    again, _ = state.recorded_group(facts, what)
+    if again is None:
+        return note + ": stopped"
     try:
-        os.killpg(pgid, signal.SIGKILL)
+        os.killpg(again, signal.SIGKILL)
     except ProcessLookupError:
         pass
-
+    return note + ": killed"
