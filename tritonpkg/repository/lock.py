@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tritonpkg import __version__
+from tritonpkg import __version__, safepath
 from tritonpkg.errors import PackageError
 
 LOCK_NAME = "tritonpkg.lock.json"
@@ -53,8 +53,14 @@ def verify(repo: Path) -> list[str]:
         for entry in model["versions"].values():
             expected.update(entry["files"])
         for rel, digest in sorted(expected.items()):
-            path = repo / rel
-            if not path.is_file():
+            try:  # a lock's entries become paths: none may lead out of the repository, nor through a link
+                path = safepath.join_under(repo, rel, source=repo / LOCK_NAME, what="lock entry")
+            except safepath.UnsafePathError as exc:
+                problems.append(f"{safepath.quote(rel)}: breaks the path rule: {exc.rule}")
+                continue
+            if not safepath.within(path, repo):
+                problems.append(f"{safepath.quote(rel)}: a link that leaves the repository")
+            elif not path.is_file():
                 problems.append(f"{rel}: missing")
             elif sha256(path.read_bytes()) != digest:
                 problems.append(f"{rel}: sha256 differs from the lock")
