@@ -26,6 +26,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 MINILM = EXAMPLES / "minilm-embeddings"
 MODEL, EMBEDDER, SCORER = "tiny_llm", "minilm", "minilm_score"
+KEY = "openai-frontend-test-key-0123456789"
+AUTH = {"Authorization": f"Bearer {KEY}"}
 GREEDY = {"temperature": 0, "extra_body": {"ignore_eos": True}}
 SCHEMA = {
     "type": "object",
@@ -78,6 +80,16 @@ def frontend(triton, repo):
 
     with FrontendServer(FrontendSettings(triton_grpc_url=triton.grpc_url, port=0, model_repository=repo,
                                          triton_admin_key=triton.admin_key)) as fe:
+        yield fe
+
+
+@pytest.fixture(scope="module")
+def keyed(triton, repo):
+    """A second frontend on the same Triton (no second engine) that requires the API key."""
+    from tritonpkg.frontend import FrontendServer, FrontendSettings
+
+    with FrontendServer(FrontendSettings(triton_grpc_url=triton.grpc_url, port=0, model_repository=repo,
+                                         triton_admin_key=triton.admin_key, api_key=KEY)) as fe:
         yield fe
 
 
@@ -346,13 +358,82 @@ def test_ready_only_with_every_model_ready_and_kserve_still_served(frontend, tri
         assert resp.status == 200
 
 
-def test_no_request_from_the_openapi_document_gets_a_5xx(frontend):
-    """schemathesis, valid and invalid bodies for every operation (a few dozen each)."""
+def test_the_api_key_is_required_and_the_sdk_raises_authentication_error(keyed):
+    import openai
+
+    wrong = openai.OpenAI(base_url=f"{keyed.url}/v1", api_key="sk-not-the-key", max_retries=0, timeout=60)
+    for call in (lambda c: c.completions.create(model=MODEL, prompt="hi", max_tokens=2),
+                 lambda c: c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
+                                                     max_tokens=2),
+                 lambda c: c.embeddings.create(model=EMBEDDER, input="hi"), lambda c: c.models.list()):
+        with pytest.raises(openai.AuthenticationError) as info:
+            call(wrong)
+        assert info.value.code == "invalid_api_key" and KEY not in str(info.value.body)
+    right = openai.OpenAI(base_url=f"{keyed.url}/v1", api_key=KEY, max_retries=0, timeout=60)
+    assert right.completions.create(model=MODEL, prompt="hi", max_tokens=2, **GREEDY).usage.completion_tokens == 2
+    assert len(right.embeddings.create(model=EMBEDDER, input="hi").data[0].embedding) == 384
+    assert {m.id for m in right.models.list().data} == {MODEL, EMBEDDER, SCORER}
+
+
+def test_health_live_answers_while_prompts_are_tokenized(frontend):
+    """40 prompts of 52 kB (each under the byte bound, so each is tokenized: ~13,000 tokens, over the
+    4096-token context) take seconds to tokenize; the event loop stays free meanwhile. Before the fix they
+    were tokenized on it and /health/live waited for all of them."""
+    import threading
+
+    import httpx
+
+    prompt = "hello world " * 4333  # 51,996 bytes; the bound is 4096 tokens x 13 bytes (the longest token)
+    answer: dict = {}
+
+    def post() -> None:
+        answer["response"] = httpx.post(f"{frontend.url}/v1/completions", timeout=300,
+                                        json={"model": MODEL, "prompt": [prompt] * 40})
+
+    worker = threading.Thread(target=post)
+    latencies = []
+    with httpx.Client(base_url=frontend.url, timeout=10) as probe:
+        probe.get("/health/live")  # the probe's connection is open before the tokenizing starts
+        worker.start()
+        began = time.monotonic()
+        while worker.is_alive():
+            sent = time.perf_counter()
+            assert probe.get("/health/live").status_code == 200
+            latencies.append(time.perf_counter() - sent)
+            time.sleep(0.02)
+        took = time.monotonic() - began
+    error = answer["response"].json()["error"]
+    assert answer["response"].status_code == 400 and error["param"] == "prompt" and "tokens" in error["message"]
+    assert took > 0.5 and len(latencies) > 10, (took, len(latencies))  # the tokenizing did take a while
+    assert max(latencies) < 0.1, (took, sorted(latencies)[-5:])
+
+
+def test_a_prompt_too_long_in_bytes_for_the_context_is_refused_before_tokenizing(client):
+    """2.4 MB of text cannot fit 4096 tokens of at most 13 bytes each: a 400 at once (tokenizing it would take
+    seconds here), with or without max_tokens, and for a chat message too."""
+    import openai
+
+    text = "hello world " * 200_000
+    began = time.monotonic()
+    for call, param in ((lambda: client.completions.create(model=MODEL, prompt=text), "prompt"),
+                        (lambda: client.completions.create(model=MODEL, prompt=["hi", text], max_tokens=2), "prompt"),
+                        (lambda: client.chat.completions.create(model=MODEL, max_tokens=2,
+                                                                messages=[{"role": "user", "content": text}]),
+                         "messages")):
+        with pytest.raises(openai.BadRequestError) as info:
+            call()
+        assert info.value.body["param"] == param and "bytes" in info.value.body["message"], info.value.body
+    assert time.monotonic() - began < 3
+
+
+def test_no_request_from_the_openapi_document_gets_a_5xx(keyed):
+    """schemathesis, valid and invalid bodies for every operation (a few dozen each), with the API key."""
     from hypothesis import given
     from hypothesis import strategies as st
     from schemathesis import GenerationMode
     from schemathesis.checks import not_a_server_error
 
+    frontend = keyed
     api = schemathesis.openapi.from_url(f"{frontend.url}/openapi.json")
     operations = [result.ok() for result in api.get_all_operations()]
     assert {op.path for op in operations} >= {"/v1/models", "/v1/completions", "/v1/chat/completions",
@@ -368,7 +449,7 @@ def test_no_request_from_the_openapi_document_gets_a_5xx(frontend):
         @given(case=strategy)
         def check(case):
             aim_at_served_models(case)
-            response = case.call_and_validate(checks=[not_a_server_error], timeout=120)
+            response = case.call_and_validate(headers=AUTH, checks=[not_a_server_error], timeout=120)
             seen.setdefault(op.path, set()).add(response.status_code // 100)
 
         check()

@@ -45,8 +45,10 @@ class ChatTokenizer:
         return self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
 
     def count(self, text: str, add_special_tokens: bool = True) -> int:
-        """len(encode(text)) without the id list: encoding releases the GIL, building millions of ints does not."""
-        return len(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
+        """len(encode(text)), for a worker thread: `encode` holds the GIL throughout (a 2 MB prompt stalled the
+        event loop 4-5 s here), the batch call releases it, and the fast one skips the offsets (half the time)."""
+        batch = getattr(self.tokenizer, "encode_batch_fast", None) or self.tokenizer.encode_batch
+        return len(batch([text], add_special_tokens=add_special_tokens)[0])
 
     def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None,
                             add_generation_prompt: bool = False, tokenize: bool = False) -> str:
