@@ -1,8 +1,13 @@
 """The model spec (`tritonpkg.yaml`): a pydantic model, its JSON Schema, and a loader whose errors name
-the file, the line, the field path and what was expected. Everything downstream takes a `Spec`."""
+the file, the line, the field path and what was expected. Everything downstream takes a `Spec`.
+
+The loader is bounded: at most MAX_SPEC_BYTES of UTF-8, nesting at most MAX_DEPTH deep, no YAML anchors
+or aliases (an alias bomb of a few hundred bytes expands to gigabytes), no duplicate keys (YAML lets the
+last one win silently), only string keys and JSON's kinds of values."""
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -12,8 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from tritonpkg import compat
 from tritonpkg.errors import SpecError
+from tritonpkg.safepath import within
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+MAX_NAME = 200  # a directory name, with room for an ensemble's "_detokenize" suffix
+MAX_VERSION = 2**63 - 1  # Triton keeps model versions as int64
+MAX_SPEC_BYTES = 1 << 20
+MAX_DEPTH = 32
 TRITON_DTYPES = (
     "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
     "FP16", "FP32", "FP64", "BF16", "STRING",
@@ -89,8 +99,9 @@ class Deployment(_Strict):
 class Spec(_Strict):
     """One model, one version: what `tritonpkg package` turns into a Triton model repository entry."""
 
-    name: str = Field(pattern=NAME_RE, description="Triton model name")
-    version: int = Field(ge=1, description="integer model version (a numeric directory in the repository)")
+    name: str = Field(pattern=NAME_RE, max_length=MAX_NAME, description="Triton model name")
+    version: int = Field(ge=1, le=MAX_VERSION,
+                         description="integer model version (a numeric directory in the repository; Triton's int64)")
     kind: Literal["vllm", "python"]
     weights: str | None = Field(
         default=None,
@@ -168,14 +179,16 @@ def load_spec(path: str | Path) -> Spec:
         path = path / "tritonpkg.yaml"
     if not path.is_file():
         raise SpecError("spec file not found", file=path, expected="a tritonpkg.yaml")
-    text = path.read_text()
+    with open(path, "rb") as f:
+        raw = f.read(MAX_SPEC_BYTES + 1)
+    if len(raw) > MAX_SPEC_BYTES:
+        raise SpecError(f"the spec is larger than {MAX_SPEC_BYTES} bytes", file=path,
+                        expected="a tritonpkg.yaml of at most 1 MiB")
     try:
-        node = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise SpecError(f"YAML syntax error: {getattr(exc, 'problem', exc)}", file=where) from exc
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"not UTF-8 (byte {exc.start})", file=path, expected="a UTF-8 tritonpkg.yaml") from None
+    node, data = _parse(text, path)
     if not isinstance(data, dict):
         raise SpecError("the spec must be a mapping", file=path, expected="keys such as name, version, kind")
     try:
@@ -183,7 +196,123 @@ def load_spec(path: str | Path) -> Spec:
     except ValidationError as exc:
         raise SpecError(_describe(exc, node, path), file=path) from exc
     spec._source = path.resolve()
+    _check_local_weights(spec, node, path)
+    _check_template_parameters(spec, node, path)
     return spec
+
+
+def _check_template_parameters(spec: Spec, node: yaml.Node | None, path: Path) -> None:
+    """The template's typed parameters, checked as the packager will, but with the spec's line."""
+    if spec.python is None:
+        return
+    from tritonpkg.repository import templates
+
+    try:
+        templates.resolve_parameters(templates.load(spec.python.template), spec.python.parameters, path)
+    except SpecError as exc:
+        loc = tuple(int(p) if p.isdigit() else p for p in re.split(r"[.\[\]]+", exc.field or "") if p)
+        line = _line_of(node, loc or ("python",))
+        raise SpecError(exc.message, file=f"{path}:{line}" if line else path, field=exc.field,
+                        expected=exc.expected) from None
+
+
+def _check_local_weights(spec: Spec, node: yaml.Node | None, path: Path) -> None:
+    """A relative local `weights` path must stay inside the spec's folder (links followed): `../../etc`
+    is a way out, not a checkpoint. An absolute path is the operator's explicit choice and is kept."""
+    if spec.weights is None or "://" in spec.weights or Path(spec.weights).is_absolute():
+        return
+    if not within(spec.base_dir / spec.weights, spec.base_dir):
+        line = _line_of(node, ("weights",))
+        raise SpecError(f"{spec.weights!r} leads outside the spec's folder {spec.base_dir}",
+                        file=f"{path}:{line}" if line else path, field="weights",
+                        expected="a path inside the spec's folder, an absolute path, s3:// or hf://")
+
+
+class _Refused(yaml.MarkedYAMLError):
+    """YAML the spec loader does not accept (an alias, a duplicate key, ...), at its mark."""
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader, bounded: refuses anchors and aliases, nesting deeper than MAX_DEPTH, duplicate
+    and non-string keys, and values JSON has no kind for (timestamps, binary, sets, non-finite floats)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            raise _Refused(problem=f"YAML aliases are not accepted in a spec (*{event.anchor}); write the value out",
+                           problem_mark=event.start_mark)
+        if getattr(event, "anchor", None) is not None:
+            raise _Refused(problem=f"YAML aliases are not accepted in a spec (anchor &{event.anchor}); "
+                                   "write the value out", problem_mark=event.start_mark)
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise _Refused(problem=f"nested deeper than {MAX_DEPTH} levels", problem_mark=event.start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[str, yaml.Node] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                raise _Refused(problem="YAML merge keys (<<) are not accepted in a spec; write the keys out",
+                               problem_mark=key_node.start_mark)
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, str):
+                raise _Refused(problem=f"a mapping key must be a string, not {type(key).__name__} {key!r} "
+                                       "(quote it)", problem_mark=key_node.start_mark)
+            if key in seen:
+                raise _Refused(problem=f"duplicate key {key!r} (first on line {seen[key].start_mark.line + 1})",
+                               problem_mark=key_node.start_mark)
+            seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:
+            raise _Refused(problem="an integer too long to read", problem_mark=node.start_mark) from None
+
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
+        value = super().construct_yaml_float(node)
+        if not math.isfinite(value):
+            raise _Refused(problem=f"{node.value!r} is not a finite number (JSON has no inf or nan)",
+                           problem_mark=node.start_mark)
+        return value
+
+    def _not_json(self, node: yaml.Node) -> Any:
+        kind = node.tag.rsplit(":", 1)[-1]
+        raise _Refused(problem=f"a YAML {kind} is not accepted in a spec (quote the value to make it a string)",
+                       problem_mark=node.start_mark)
+
+
+_SpecLoader.add_constructor("tag:yaml.org,2002:int", _SpecLoader.construct_yaml_int)
+_SpecLoader.add_constructor("tag:yaml.org,2002:float", _SpecLoader.construct_yaml_float)
+_SpecLoader.add_constructor("tag:yaml.org,2002:map", lambda loader, node: loader.construct_mapping(node))
+for _tag in ("timestamp", "binary", "set", "omap", "pairs"):
+    _SpecLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _SpecLoader._not_json)
+
+
+def _parse(text: str, path: Path) -> tuple[yaml.Node | None, Any]:
+    """The node tree (for line numbers) and the data of one YAML document, read by _SpecLoader."""
+    loader = _SpecLoader(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = getattr(exc, "problem", None) or str(exc)
+        prefix = "" if isinstance(exc, _Refused) else "YAML syntax error: "
+        raise SpecError(f"{prefix}{problem}", file=where) from None
+    finally:
+        loader.dispose()
+    return node, data
 
 
 def _describe(exc: ValidationError, node: yaml.Node | None, path: Path) -> str:
