@@ -1,14 +1,24 @@
-"""Replace a directory as one step: readers see the old tree or the new one, never a half-written one."""
+"""Replace a directory as one step: readers see the old tree or the new one, never a half-written one.
+
+The staging folder beside the target is removed however the build ends: an exception, Ctrl-C, or a
+SIGTERM/SIGHUP (turned into SystemExit while staging, where the default action would kill the process
+without cleaning up). A SIGKILL or a crash can still leave one; its name carries the owner's host and
+pid, and the next build of the same target removes those whose owner is gone."""
 
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
+import re
 import shutil
+import signal
+import socket
 import tempfile
+import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
@@ -41,32 +51,109 @@ def fsync_tree(root: Path) -> None:
             os.close(fd)
 
 
+_TERMINATING = (signal.SIGTERM, signal.SIGHUP)
+_SWAP_BLOCKED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+def _host_tag() -> str:
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def _owner_prefix(target: Path, kind: str) -> str:
+    """`.<target>.<kind>-<host>-<pid>-`: who made the folder, so a later run can tell it is abandoned."""
+    return f".{target.name}.{kind}-{_host_tag()}-{os.getpid()}-"
+
+
+def _owner_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's live process
+    return True
+
+
+def remove_abandoned(target: Path) -> list[Path]:
+    """Remove staging and old-tree folders beside `target` left by a process of this host that is gone."""
+    pattern = re.compile(rf"^\.{re.escape(target.name)}\.(staging|old)-{_host_tag()}-(\d+)-")
+    removed = []
+    if not target.parent.is_dir():
+        return removed
+    for entry in target.parent.iterdir():
+        match = pattern.match(entry.name)
+        if match is None or int(match.group(2)) == os.getpid() or _owner_alive(int(match.group(2))):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+@contextmanager
+def _signals_raise() -> Iterator[None]:
+    """While staging, SIGTERM and SIGHUP raise SystemExit (so `finally` blocks run) instead of killing the
+    process outright. Only where they would otherwise kill it: a handler someone installed is kept."""
+    installed = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in _TERMINATING:
+            if signal.getsignal(sig) is signal.SIG_DFL:
+                installed[sig] = signal.signal(sig, _terminate)
+    try:
+        yield
+    finally:
+        for sig, old in installed.items():
+            signal.signal(sig, old)
+
+
+@contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM/SIGHUP across the swap, so an interruption lands after it, not half-way."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _SWAP_BLOCKED)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 @contextmanager
 def staged_directory(target: Path, copy_existing: bool = True) -> Iterator[Path]:
     """Yield a staging directory beside `target` (same file system), seeded with a copy of `target`;
-    on normal exit it replaces `target`; on an exception it is removed and `target` is untouched."""
+    on normal exit it replaces `target`; on an exception, Ctrl-C or SIGTERM it is removed and `target`
+    is untouched."""
     target = target.absolute()
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.staging-", dir=target.parent))
-    try:
-        if copy_existing and target.is_dir():
-            shutil.copytree(target, staging, symlinks=True, dirs_exist_ok=True)
-        yield staging
-        fsync_tree(staging)
-        os.chmod(staging, 0o755)
-        if target.exists():
-            if _exchange(staging, target):
-                shutil.rmtree(staging)
-            else:
-                old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-                os.rename(target, old / "tree")
-                os.rename(staging, target)
-                shutil.rmtree(old)
+    remove_abandoned(target)
+    with _signals_raise():
+        staging = Path(tempfile.mkdtemp(prefix=_owner_prefix(target, "staging"), dir=target.parent))
+        try:
+            if copy_existing and target.is_dir():
+                shutil.copytree(target, staging, symlinks=True, dirs_exist_ok=True)
+            yield staging
+            fsync_tree(staging)
+            os.chmod(staging, 0o755)
+            with _signals_deferred():
+                _swap_in(staging, target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+
+
+def _swap_in(staging: Path, target: Path) -> None:
+    if target.exists():
+        if _exchange(staging, target):
+            shutil.rmtree(staging)
         else:
+            old = Path(tempfile.mkdtemp(prefix=_owner_prefix(target, "old"), dir=target.parent))
+            os.rename(target, old / "tree")
             os.rename(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+            shutil.rmtree(old)
+    else:
+        os.rename(staging, target)
 
 
 def write_file_atomic(path: Path, data: bytes) -> None:

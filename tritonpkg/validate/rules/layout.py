@@ -5,12 +5,15 @@
 - config name differs from the directory: "unexpected directory name ... must equal model name".
 - non-numeric version dirs are ignored ("fails to convert to integral number"); negative ones are
   accepted by the core but the python backend looks for 18446744073709551615/ and never loads.
-- a version dir without the backend's file: the python stub fails to preinitialize."""
+- a version dir without the backend's file: the python stub fails to preinitialize.
+- a version dir beyond int64 (`99999999999999999999999`): the whole server dies of an uncaught
+  std::out_of_range when it reads the model's versions (not just that model)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+from tritonpkg import safepath
 from tritonpkg.validate.context import Context
 from tritonpkg.validate.loaded import CONFIG, ENGINE_ARGS, VERSION_RE, LoadedModel
 from tritonpkg.validate.report import Problem
@@ -42,9 +45,17 @@ def name_matches_dir(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
                         field="name", expected=f"name: \"{m.name}\" (or no name)")
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
 def version_dirs(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
     for v, d in sorted(m.versions.items()):
-        if v < 0:
+        if not INT64_MIN <= v <= INT64_MAX:
+            yield m.problem("layout.version-range", "error",
+                            f"version directory {safepath.quote(d.name)} is outside Triton's int64 model versions: "
+                            "the server crashes (std::out_of_range) when it reads this model's versions",
+                            file=d, field="version", expected=f"a version from 1 to {INT64_MAX}")
+        elif v < 0:
             yield m.problem("layout.version-dir", "error",
                             f"version directory {d.name!r} is negative: the python backend cannot find its files",
                             file=d, expected="a version number >= 0")

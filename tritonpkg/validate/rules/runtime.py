@@ -123,6 +123,21 @@ def numpy_pin(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
                             file=f, at=(line, 1), field="numpy", expected=f"numpy{need}")
 
 
+def vllm_dependencies(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
+    """A requirement that excludes every version the pinned vLLM itself requires of that package: installing
+    the model's requirements would break the vLLM every model of the local runtime shares."""
+    if not ctx.is_local:
+        return
+    from tritonpkg.repository.pins import conflict_reason, vllm_conflict
+
+    for f, line, req in requirements(m):
+        theirs = vllm_conflict(req)
+        if theirs is not None:
+            yield m.problem("runtime.vllm-requires", "error", f"requires {req}, which {conflict_reason(theirs)}",
+                            file=f, at=(line, 1), field=req.name,
+                            expected=f"a {req.name} version that {theirs} admits, or no requirement on it")
+
+
 def local_environment(models: list[LoadedModel], ctx: Context) -> Iterator[Problem]:
     """Repository-wide: the interpreter and numpy the local runtime's stub will use."""
     if not ctx.is_local or not any(m.backend and not m.is_ensemble for m in models):
@@ -137,5 +152,5 @@ def local_environment(models: list[LoadedModel], ctx: Context) -> Iterator[Probl
                       expected=f"{mm.component} {mm.required}")
 
 
-RULES = [vllm_symbols, numpy_pin]
+RULES = [vllm_symbols, numpy_pin, vllm_dependencies]
 REPO_RULES = [local_environment]
