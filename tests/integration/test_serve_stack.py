@@ -158,7 +158,8 @@ def openai_ready(port: int) -> bool:
 def stack(archive, tmp_path_factory, s3_server):
     """The CLI serving the archive, with the pollers' record of its start-up."""
     http, grpc, metrics, openai = free_ports(4)
-    env = {**os.environ, **s3_server.env, "VLLM_CPU_KVCACHE_SPACE": "1", "NO_COLOR": "1", "COLUMNS": "200"}
+    env = {**os.environ, **s3_server.env, "VLLM_CPU_KVCACHE_SPACE": "1", "NO_COLOR": "1", "COLUMNS": "200",
+           "TRITONPKG_API_KEY": OPENAI_KEY}
     weights_root = tmp_path_factory.mktemp("weights-root")
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     pollers = [Poller("http", http, lambda: http_ready(http)), Poller("grpc", grpc, lambda: grpc_ready(grpc)),
@@ -297,10 +298,17 @@ def test_prometheus_scrapes_vllm_and_triton_series_from_one_endpoint(stack, prom
     assert float(found["vllm"][0]["value"][1]) >= 3  # at least one prompt token per request
 
 
-def test_the_embedded_openai_api_answers_through_triton(stack) -> None:
-    from openai import OpenAI
+OPENAI_KEY = "serve-stack-openai-key-0123456789"
 
-    client = OpenAI(base_url=stack["info"]["openai_url"], api_key="unused", timeout=120)
+
+def test_the_embedded_openai_api_answers_through_triton(stack) -> None:
+    """With the key serve was given (TRITONPKG_API_KEY); without it, a 401 the SDK raises."""
+    from openai import AuthenticationError, OpenAI
+
+    assert stack["info"]["openai_auth"] == "bearer"
+    with pytest.raises(AuthenticationError):
+        OpenAI(base_url=stack["info"]["openai_url"], api_key="not-the-key", max_retries=0, timeout=60).models.list()
+    client = OpenAI(base_url=stack["info"]["openai_url"], api_key=OPENAI_KEY, timeout=120)
     assert "tiny_llm" in {m.id for m in client.models.list()}
     completion = client.completions.create(model="tiny_llm", prompt="hello", max_tokens=5, temperature=0)
     assert completion.choices[0].text and completion.usage.completion_tokens >= 1

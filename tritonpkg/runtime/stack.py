@@ -288,4 +288,5 @@ class ServingStack:
             "models": [{"name": m["name"], "version": m.get("version"), "state": m["state"]} for m in models],
             "admin_key": self.admin_key, "admin_key_file": str(self.admin_key_file) if self.admin_key_file else None,
             "admin_header": "admin-key", "metrics_auth": "bearer" if self.options.metrics_token else None,
+            "openai_auth": "bearer" if self.options.openai_api_key else None,
         }
