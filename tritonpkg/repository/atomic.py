@@ -77,10 +77,12 @@ def _owner_alive(pid: int) -> bool:
 def remove_abandoned(target: Path) -> list[Path]:
     """Remove staging and old-tree folders beside `target` left by a process of this host that is gone."""
     pattern = re.compile(rf"^\.{re.escape(target.name)}\.(staging|old)-{_host_tag()}-(\d+)-")
-    removed = []
-    if not target.parent.is_dir():
+    removed: list[Path] = []
+    try:
+        entries = list(target.parent.iterdir())
+    except OSError:
         return removed
-    for entry in target.parent.iterdir():
+    for entry in entries:
         match = pattern.match(entry.name)
         if match is None or int(match.group(2)) == os.getpid() or _owner_alive(int(match.group(2))):
             continue
