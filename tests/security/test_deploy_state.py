@@ -177,6 +177,23 @@ def test_teardown_stops_the_group_it_recorded(tmp_path):
             proc.wait()
 
 
+def test_teardown_does_not_signal_a_group_whose_leader_has_exited(tmp_path):
+    """The leader's identity is what makes a group ours; without it the rest of the group is only reported."""
+    leader = subprocess.Popen(["sh", "-c", "sleep 60 & echo $!; read x"], process_group=0,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    straggler = int(leader.stdout.readline())
+    try:
+        recorded = state_mod.identity_fields(leader.pid)
+        leader.stdin.close()
+        leader.wait(timeout=10)
+        _deployed(tmp_path, {"slot": 0, **recorded})
+        out = _teardown(tmp_path)
+        os.kill(straggler, 0)  # still alive
+        assert any("has exited" in n and str(straggler) in n for n in out["notes"]), out
+    finally:
+        os.kill(straggler, 9)
+
+
 OLD_SCHEMA_UNIT = ("CREATE TABLE units (model TEXT NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL, color TEXT,"
                    " weight INTEGER NOT NULL DEFAULT 0, replicas INTEGER NOT NULL DEFAULT 1, status TEXT NOT NULL,"
                    " routed INTEGER NOT NULL DEFAULT 0, last_active REAL, endpoints TEXT NOT NULL DEFAULT '{}',"

@@ -117,7 +117,7 @@ EXPECTED = {
 
 
 def _hostile(folder: Path, case: str) -> tuple[Path, str]:
-    name = f"{case.replace('-', '_')}_plugin".replace("_", "-")
+    name = f"{case}-plugin"
     return build_wheel(folder, name, **HOSTILE[case]), name
 
 

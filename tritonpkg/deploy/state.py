@@ -6,7 +6,7 @@ The state folder decides which processes later commands signal and which files t
 trusted only when it is this user's alone: created 0700, refused when it (or a file in it) is a symlink,
 owned by another user or writable by group/others (`secure_dir`, `check_file`); its files are written
 with O_NOFOLLOW, atomically (`write_private`). A recorded process group carries its leader's start time
-and executable (`process_identity`); `recorded_group` signals only the group that still matches them."""
+and executable (`process_identity`); `recorded_group` lets only the group that still matches them be signalled."""
 
 from __future__ import annotations
 
@@ -146,27 +146,33 @@ def read_private(path: str | Path, limit: int = 1 << 20) -> bytes:
 # -- process identity -----------------------------------------------------------------------------
 def process_identity(pid: int) -> tuple[int, str] | None:
     """(start time in clock ticks since boot: /proc/<pid>/stat field 22, executable: /proc/<pid>/exe) of a
-    live process, or None when there is no such process or it cannot be inspected (another user's)."""
+    live process; None when there is none (or only its zombie). An executable this user may not read
+    (another user's process) is "?", which matches no record."""
     try:
         with open(f"/proc/{int(pid)}/stat", "rb") as fh:
             text = fh.read().decode(errors="replace")
-        exe = os.readlink(f"/proc/{int(pid)}/exe")
     except OSError:
         return None
     fields = text[text.rindex(")") + 2:].split()  # comm may hold spaces and parentheses; fields from 3 on
-    return int(fields[19]), exe.removesuffix(" (deleted)")
+    if fields[0] in ("Z", "X"):
+        return None
+    try:
+        exe = os.readlink(f"/proc/{int(pid)}/exe").removesuffix(" (deleted)")
+    except OSError:
+        exe = "?"
+    return int(fields[19]), exe
 
 
 def identity_fields(pgid: int | None) -> dict[str, Any]:
     """What to record beside a process group's id, read while its leader is known to be ours (just started)."""
     ident = process_identity(pgid) if pgid else None
-    if ident is None:
+    if ident is None or ident[1] == "?":
         return {"pgid": pgid}
     return {"pgid": pgid, "pg_start": ident[0], "pg_exe": ident[1]}
 
 
-def _group_members(pgid: int) -> list[tuple[int, int]]:
-    """(pid, start time) of every live process whose process group is `pgid`."""
+def group_members(pgid: int) -> list[tuple[int, int]]:
+    """(pid, start time) of every live (not zombie) process whose process group is `pgid`."""
     out = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -184,9 +190,9 @@ def _group_members(pgid: int) -> list[tuple[int, int]]:
 
 def recorded_group(facts: Mapping[str, Any], what: str) -> tuple[int | None, str]:
     """(pgid to signal or None, what was found). A group is ours only while its leader has the recorded
-    start time and executable; with the leader gone, its remaining members are ours (Linux does not reuse
-    a pid while it is still some process's group id) if none started before the leader did. A group
-    recorded without identity (an older state file) is never signalled."""
+    start time and executable: a mismatch is "gone, not ours". Without its leader (exited) or without a
+    recorded identity (an older state file) a group cannot be verified and is never signalled; the note
+    says how to look at it."""
     pgid = facts.get("pgid")
     if not pgid:
         return None, f"{what}: no process group recorded"
@@ -197,12 +203,12 @@ def recorded_group(facts: Mapping[str, Any], what: str) -> tuple[int | None, str
                       f"if it is this deployment's, stop it with `kill -TERM -- -{pgid}`")
     now = process_identity(pgid)
     if now is None:
-        members = _group_members(int(pgid))
+        members = [pid for pid, _ in group_members(int(pgid))]
         if not members:
             return None, f"{what}: process group {pgid} is gone"
-        if any(m_start < int(start) for _, m_start in members):
-            return None, f"{what}: process group {pgid} is gone, not ours (its processes started before it did): not signalled"
-        return int(pgid), f"{what}: process group {pgid} (its leader has exited)"
+        return None, (f"{what}: the leader of process group {pgid} has exited, so the group cannot be verified and "
+                      f"is not signalled; pids {', '.join(map(str, members[:10]))} remain in it: check "
+                      f"`ps -o pid,lstart,args -g {pgid}`")
     if now != (int(start), exe):
         return None, (f"{what}: process group {pgid} is gone, not ours: pid {pgid} is now {now[1]} started at tick "
                       f"{now[0]} (recorded: {exe} at tick {start}); not signalled")

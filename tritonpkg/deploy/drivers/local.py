@@ -285,8 +285,8 @@ def _group_alive(facts: dict[str, Any]) -> bool:
 
 
 def _stop_recorded(facts: dict[str, Any], what: str, grace: float = 10.0) -> str:
-    """SIGTERM a process group an earlier command started, then SIGKILL what is left, each signal only
-    after `state.recorded_group` found the group still the recorded one; returns what it found."""
+    """SIGTERM a process group an earlier command started, only once `state.recorded_group` found its leader
+    still the recorded process, then SIGKILL what is left after `grace`; returns what it found and did."""
     pgid, note = state.recorded_group(facts, what)
     if pgid is None:
         return note
@@ -294,18 +294,29 @@ def _stop_recorded(facts: dict[str, Any], what: str, grace: float = 10.0) -> str
         os.killpg(pgid, signal.SIGTERM)
     except ProcessLookupError:
         return note + ": gone"
+    except PermissionError:
+        return note + ": not permitted to signal it (another user's processes): not stopped"
     deadline = time.monotonic() + grace
+    only_zombies = None
     while time.monotonic() < deadline:
         try:
             os.killpg(pgid, 0)
         except ProcessLookupError:
             return note + ": stopped"
+        if state.group_members(pgid):
+            only_zombies = None
+        elif only_zombies is None:
+            only_zombies = time.monotonic()
+        elif time.monotonic() - only_zombies > 2.0:  # exited; their parent has not reaped them (yet)
+            return note + ": stopped"
         time.sleep(0.1)
-    again, _ = state.recorded_group(facts, what)
-    if again is None:
+    # still there after the grace: the leader verified above, or its stragglers if it exited meanwhile (the
+    # group existed at every poll, and Linux reuses no pid that is still some process's group id)
+    now = state.process_identity(pgid)
+    if now is not None and now != (int(facts["pg_start"]), facts["pg_exe"]):
         return note + ": stopped"
     try:
-        os.killpg(again, signal.SIGKILL)
+        os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
         pass
     return note + ": killed"
