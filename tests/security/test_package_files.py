@@ -158,3 +158,20 @@ def test_tokenizer_folder_link_leaving_the_spec_folder_is_refused(write_spec, tm
 
 def _copies_outside_host(tree: Path, secret: Path) -> list[Path]:
     return [p for p in _copies_of_marker(tree, secret) if p.parent != secret.parent]
+
+
+@pytest.mark.parametrize("wheel, rule", [("../host/p-1-py3-none-any.whl", "a '..' segment"),
+                                         ("/tmp/p-1-py3-none-any.whl", "an absolute path"),
+                                         ("link.whl", "a link that leaves the spec's folder")])
+def test_a_plugin_wheel_outside_the_spec_folder_is_refused(write_spec, tmp_path, host_secret, wheel, rule):
+    from tritonpkg.errors import PackageError
+
+    data = _spec(["hooks.py"])
+    data["plugins"] = [{"name": "p", "wheel": wheel}]
+    spec = write_spec(data, extra_files={"hooks.py": HOOKS})
+    os.symlink(host_secret, spec.parent / "link.whl")
+    repo, archive = tmp_path / "repo", tmp_path / "pkg.tar.gz"
+    with pytest.raises(PackageError, match=rule) as err:
+        package_spec(load_spec(spec), repo, archive=archive)
+    assert err.value.field == "plugins[0].wheel" and err.value.file == str(spec)
+    assert not repo.exists() and not archive.exists()

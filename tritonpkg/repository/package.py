@@ -9,7 +9,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from tritonpkg import __version__
+from tritonpkg import __version__, safepath
 from tritonpkg.errors import PackageError
 from tritonpkg.repository import archive as archive_mod
 from tritonpkg.repository import lock as lock_mod
@@ -115,7 +115,7 @@ def _plugins(spec: Spec) -> tuple[dict[str, bytes], list[dict]]:
         field = f"plugins[{i}]"
         info = None
         if plugin.wheel is not None:
-            path = spec.resolve(plugin.wheel)
+            path = _wheel_path(spec, plugin.wheel, f"{field}.wheel")
             try:
                 info = read_wheel(path)
                 check_footprint(path, info.name, info.contents, footprint or (footprint := local_footprint()),
@@ -140,3 +140,18 @@ def _plugins(spec: Spec) -> tuple[dict[str, bytes], list[dict]]:
             wheels[path.name] = path.read_bytes()
         records.append(record_for(plugin.name, plugin.entry_point_group, info).model_dump(mode="json"))
     return wheels, sorted(records, key=lambda r: r["name"])
+
+
+def _wheel_path(spec: Spec, name: str, field: str) -> Path:
+    """A plugin wheel the spec names: a file inside the spec's folder under the path rule, links followed
+    only while they stay inside (it is bundled into the archive and installed by serve)."""
+    expected = "a .whl file inside the spec's folder, named relative to it"
+    try:
+        path = spec.base_dir / safepath.check_name(name, source=spec.source, what=field)
+    except safepath.UnsafePathError as exc:
+        raise PackageError(f"{safepath.quote(name)} breaks the path rule: {exc.rule}", file=spec.source,
+                           field=field, expected=expected) from None
+    if not safepath.within(path, spec.base_dir):
+        raise PackageError(f"{safepath.quote(name)} is a link that leaves the spec's folder", file=spec.source,
+                           field=field, expected=expected)
+    return path
