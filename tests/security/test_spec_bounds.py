@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tritonpkg.errors import SpecError
-from tritonpkg.spec import MAX_DEPTH, MAX_SPEC_BYTES, load_spec
+from tritonpkg.spec import MAX_DEPTH, MAX_NODES, MAX_SPEC_BYTES, load_spec
 
 MEMORY_LIMIT = 768 << 20  # `tritonpkg package` of a small spec peaks well below this
 
@@ -106,6 +106,16 @@ def test_a_spec_over_the_size_bound_is_refused_before_it_is_parsed(tmp_path):
     with pytest.raises(SpecError, match="larger than 1048576 bytes"):
         load_spec(path)
     assert time.monotonic() - start < 1
+
+
+def test_a_spec_of_too_many_values_is_refused_fast(tmp_path):
+    """Half a million values fit in 1 MiB and take seconds to parse: the count is bounded too."""
+    path = write(tmp_path, HEAD + "engine_args:\n  x: [" + ",".join(["1"] * (MAX_SPEC_BYTES // 2 - 100)) + "]\n")
+    assert path.stat().st_size <= MAX_SPEC_BYTES
+    start = time.monotonic()
+    with pytest.raises(SpecError, match=f"more than {MAX_NODES} values"):
+        load_spec(path)
+    assert time.monotonic() - start < 10
 
 
 def test_a_spec_that_is_not_utf8_is_refused(tmp_path):
