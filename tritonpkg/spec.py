@@ -180,16 +180,7 @@ def load_spec(path: str | Path) -> Spec:
         path = path / "tritonpkg.yaml"
     if not path.is_file():
         raise SpecError("spec file not found", file=path, expected="a tritonpkg.yaml")
-    with open(path, "rb") as f:
-        raw = f.read(MAX_SPEC_BYTES + 1)
-    if len(raw) > MAX_SPEC_BYTES:
-        raise SpecError(f"the spec is larger than {MAX_SPEC_BYTES} bytes", file=path,
-                        expected="a tritonpkg.yaml of at most 1 MiB")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"not UTF-8 (byte {exc.start})", file=path, expected="a UTF-8 tritonpkg.yaml") from None
-    node, data = _parse(text, path)
+    node, data = parse_yaml(read_bounded(path), path)
     if not isinstance(data, dict):
         raise SpecError("the spec must be a mapping", file=path, expected="keys such as name, version, kind")
     try:
@@ -227,6 +218,18 @@ def _check_local_weights(spec: Spec, node: yaml.Node | None, path: Path) -> None
         raise SpecError(f"{spec.weights!r} leads outside the spec's folder {spec.base_dir}",
                         file=f"{path}:{line}" if line else path, field="weights",
                         expected="a path inside the spec's folder, an absolute path, s3:// or hf://")
+
+
+def read_bounded(path: Path, limit: int = MAX_SPEC_BYTES) -> str:
+    """The UTF-8 text of `path`, refused (SpecError) beyond `limit` bytes without reading further."""
+    with open(path, "rb") as f:
+        raw = f.read(limit + 1)
+    if len(raw) > limit:
+        raise SpecError(f"the file is larger than {limit} bytes", file=path, expected=f"at most {limit} bytes")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"not UTF-8 (byte {exc.start})", file=path, expected="UTF-8 text") from None
 
 
 class _Refused(yaml.MarkedYAMLError):
@@ -322,8 +325,9 @@ for _tag in ("timestamp", "binary", "set", "omap", "pairs"):
     _SpecLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _SpecLoader._not_json)
 
 
-def _parse(text: str, path: Path) -> tuple[yaml.Node | None, Any]:
-    """The node tree (for line numbers) and the data of one YAML document, read by _SpecLoader."""
+def parse_yaml(text: str, path: Path) -> tuple[yaml.Node | None, Any]:
+    """The node tree (for line numbers) and the data of one YAML document, read by the bounded loader
+    (for every YAML a user hands the toolkit); a refusal is a SpecError at file:line:column."""
     loader = _SpecLoader(text)
     try:
         node = loader.get_single_node()

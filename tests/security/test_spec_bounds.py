@@ -135,3 +135,22 @@ def test_the_largest_int64_version_and_a_clean_spec_still_load(tmp_path):
     spec = load_spec(write(tmp_path, HEAD.replace("version: 1", f"version: {2**63 - 1}")
                            + "engine_args:\n  max_model_len: 256\n  compilation_config: {level: 0}\n"))
     assert spec.version == 2**63 - 1 and spec.engine_args == {"max_model_len": 256, "compilation_config": {"level": 0}}
+
+
+def test_a_contract_file_is_read_by_the_same_bounded_loader(tmp_path):
+    """`validate --contract` takes YAML from the user too: the bomb and a duplicate key are refused there."""
+    from tritonpkg.errors import TritonpkgError
+    from tritonpkg.validate.contract import load_contract
+
+    bomb = tmp_path / "contract.yaml"
+    bomb.write_text("model: m\ninputs:\n- name: x\n  datatype: FP32\n  shape:\n" + BOMBS["smoke_request"][0].split("smoke_request:\n")[1])
+    with pytest.raises(SpecError, match="YAML aliases are not accepted") as err:
+        load_contract(bomb)
+    assert str(err.value).startswith(f"{bomb}:6:")
+    bomb.write_text("model: m\nmodel: n\n")
+    with pytest.raises(SpecError, match=r"contract.yaml:2:1: duplicate key 'model'"):
+        load_contract(bomb)
+    deep = tmp_path / "contract.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(TritonpkgError, match="cannot parse contract"):
+        load_contract(deep)

@@ -17,11 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tritonclient.grpc import model_config_pb2 as pb
 
 from tritonpkg.errors import TritonpkgError
+from tritonpkg.spec import parse_yaml, read_bounded
 from tritonpkg.validate.context import Context
 from tritonpkg.validate.report import Problem
 
@@ -48,11 +48,14 @@ class Contract(BaseModel):
 def load_contract(path: Path) -> Contract:
     if not path.is_file():
         raise TritonpkgError("contract file not found", file=path, expected="a JSON or YAML request description")
-    text = path.read_text()
-    try:
-        data: Any = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise TritonpkgError(f"cannot parse contract: {exc}", file=path) from exc
+    text = read_bounded(path)  # the spec's bounds: size, and for YAML no aliases, depth, value count
+    if path.suffix == ".json":
+        try:
+            data: Any = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise TritonpkgError(f"cannot parse contract: {str(exc)[:200]}", file=path) from None
+    else:
+        data = parse_yaml(text, path)[1]
     items = data if isinstance(data, list) else [data]
     try:
         return Contract(path=path, requests=[ContractRequest.model_validate(r) for r in items])
