@@ -272,3 +272,11 @@ def test_validate_flags_code_added_to_a_rendered_model(write_spec, tmp_path):
     found = [p for p in validate_repository(tmp_path / "repo").problems if p.rule == "template.code"]
     assert [(p.severity, p.file, p.line, p.model) for p in found] == [("error", "double/1/model.py", at + 1, "double")]
     assert "'custom' template" in found[0].message
+
+
+def test_the_hook_module_must_be_one_of_the_packaged_files(write_spec, tmp_path):
+    spec = write_spec(_custom_spec(module="other.py"), extra_files={"hooks.py": HOOKS})
+    with pytest.raises(SpecError, match="'other.py' is not one of the python.files") as err:
+        package_spec(load_spec(spec), tmp_path / "repo")
+    assert err.value.field == "python.parameters.module" and "hooks.py" in err.value.expected
+    assert not (tmp_path / "repo").exists()

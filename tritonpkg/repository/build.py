@@ -188,6 +188,10 @@ def _python_model(
     model.files.update(_vendored_files(template, prefix))
     if "module" in params:
         _user_files(spec, model, prefix)
+        if f"{prefix}/{params['module']}" not in model.files:  # else the stub fails to load the hooks
+            names = ", ".join(PurePosixPath(f).name for f in spec.python.files) or "none"
+            raise SpecError(f"module {params['module']!r} is not one of the python.files", file=spec.source,
+                            field="python.parameters.module", expected=f"the name of one of them ({names})")
     if "tokenizer" in params:
         model.files[f"{prefix}/tokenizer/tokenizer.json"] = _tokenizer_json(spec, params["tokenizer"])
     return model
