@@ -280,3 +280,6 @@ def test_the_hook_module_must_be_one_of_the_packaged_files(write_spec, tmp_path)
         package_spec(load_spec(spec), tmp_path / "repo")
     assert err.value.field == "python.parameters.module" and "hooks.py" in err.value.expected
     assert not (tmp_path / "repo").exists()
+    with pytest.raises(SpecError, match="'model.py' is not one of the python.files"):
+        package_spec(load_spec(write_spec(_custom_spec(module="model.py"), folder="self",
+                                          extra_files={"hooks.py": HOOKS})), tmp_path / "repo")

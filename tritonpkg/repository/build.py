@@ -188,10 +188,11 @@ def _python_model(
     model.files.update(_vendored_files(template, prefix))
     if "module" in params:
         _user_files(spec, model, prefix)
-        if f"{prefix}/{params['module']}" not in model.files:  # else the stub fails to load the hooks
-            names = ", ".join(PurePosixPath(f).name for f in spec.python.files) or "none"
+        listed = [PurePosixPath(f).name for f in spec.python.files]
+        if params["module"] not in listed:  # else the stub fails to load the hooks (or loads model.py itself)
             raise SpecError(f"module {params['module']!r} is not one of the python.files", file=spec.source,
-                            field="python.parameters.module", expected=f"the name of one of them ({names})")
+                            field="python.parameters.module",
+                            expected=f"the name of one of them ({', '.join(listed) or 'none'})")
     if "tokenizer" in params:
         model.files[f"{prefix}/tokenizer/tokenizer.json"] = _tokenizer_json(spec, params["tokenizer"])
     return model
