@@ -202,6 +202,10 @@ def test_a_body_over_the_limit_is_a_413_without_being_read(bare):
 
     fits = {"model": "m", "prompt": "a" * (LIMIT - 100)}  # within the limit: it reaches validation and the route
     assert httpx.post(bare.url + "/v1/completions", json=fits, headers=AUTH, timeout=30).status_code == 503
+    text = json.dumps(fits).encode()
+    pieces = [b"%x\r\n%s\r\n" % (len(text[i:i + 8192]), text[i:i + 8192]) for i in range(0, len(text), 8192)]
+    status, error = status_and_error(raw(bare.port, head + b"Transfer-Encoding: chunked\r\n\r\n", [*pieces, b"0\r\n\r\n"]))
+    assert status == 503 and "unreachable" in error["message"]  # a chunked body within the limit is served whole
 
 
 def test_header_bounds(bare):

@@ -66,17 +66,22 @@ class RequestGuard:
             if declared > self.max_body:
                 await _refuse(send, _too_large(self.max_body, declared))
                 return
-        body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return  # the client left before its body was whole: nothing to answer
-            body += message.get("body", b"")
-            if len(body) > self.max_body:
-                await _refuse(send, _too_large(self.max_body, None))
-                return
-            if not message.get("more_body", False):
-                break
+        first = await receive()
+        if first["type"] == "http.disconnect":
+            return  # the client left before its body was whole: nothing to answer
+        if first.get("more_body", False):
+            body = bytearray(first.get("body", b""))
+            while len(body) <= self.max_body:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+                body += message.get("body", b"")
+                if not message.get("more_body", False):
+                    break
+            first = {"type": "http.request", "body": bytes(body), "more_body": False}
+        if len(first.get("body", b"")) > self.max_body:
+            await _refuse(send, _too_large(self.max_body, None))
+            return
         delivered = False
 
         async def replay() -> dict[str, Any]:
@@ -84,7 +89,7 @@ class RequestGuard:
             if delivered:
                 return await receive()
             delivered = True
-            return {"type": "http.request", "body": bytes(body), "more_body": False}
+            return first
 
         await self.app(scope, replay, send)
 
