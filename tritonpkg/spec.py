@@ -64,7 +64,8 @@ class TensorSpec(_Strict):
 class PythonModel(_Strict):
     """A Python-backend model rendered from a template in templates/."""
 
-    template: str = Field(description="template name: a folder of templates/ (custom, tokenizer, ensemble, ...)")
+    template: str = Field(max_length=64,
+                          description="template name: a folder of templates/ (custom, tokenizer, ensemble, ...)")
     parameters: dict[str, Any] = Field(default_factory=dict, description="template parameters")
     inputs: list[TensorSpec] = Field(default_factory=list)
     outputs: list[TensorSpec] = Field(default_factory=list)

@@ -283,3 +283,24 @@ def test_the_hook_module_must_be_one_of_the_packaged_files(write_spec, tmp_path)
     with pytest.raises(SpecError, match="'model.py' is not one of the python.files"):
         package_spec(load_spec(write_spec(_custom_spec(module="model.py"), folder="self",
                                           extra_files={"hooks.py": HOOKS})), tmp_path / "repo")
+
+
+def test_a_template_outside_templates_is_unknown_and_never_rendered(write_spec, tmp_path, monkeypatch):
+    """A template is Jinja2 the packager runs: `template: ../../<spec folder>` would have run the spec's own
+    template.yaml + model.py.j2 (Jinja2 reaches os through any callable's globals)."""
+    from tritonpkg import paths
+
+    monkeypatch.chdir(tmp_path)
+    data = _custom_spec()
+    spec = write_spec(data, extra_files={
+        "hooks.py": HOOKS, "template.yaml": "parameters: {module: {type: python_file, required: true}}\n",
+        "model.py.j2": "{{ cycler.__init__.__globals__.os.system('touch " + MARK + "') }}\n"})
+    rel = Path("..")
+    for _ in paths.templates_dir().resolve().parts[1:]:
+        rel = rel / ".."
+    data["python"]["template"] = str(rel / spec.parent.resolve().relative_to("/"))
+    spec.write_text(__import__("yaml").safe_dump(data))
+    with pytest.raises(SpecError, match="unknown template") as err:
+        package_spec(load_spec(spec), tmp_path / "repo")
+    assert err.value.field == "python.template" and "custom" in err.value.expected
+    assert not list(tmp_path.rglob(MARK)) and not (tmp_path / "repo").exists()

@@ -13,9 +13,9 @@ import difflib
 import keyword
 import math
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from collections.abc import Sequence
 from typing import Annotated, Any, Literal, Optional
 
 import jinja2
@@ -60,15 +60,16 @@ def available() -> list[str]:
 
 @lru_cache(maxsize=None)
 def load(name: str) -> Template:
-    folder = paths.templates_dir() / name
-    meta_file = folder / "template.yaml"
-    if not meta_file.is_file():
+    """A template of templates/ by its folder name; any other name (`../x`, a path) is unknown, since a
+    template is code the packager runs (Jinja2) and writes into every model it makes."""
+    if name not in available():
         raise SpecError(
-            f"unknown template {name!r}",
+            f"unknown template {quote(name)}",
             field="python.template",
             expected=f"one of {', '.join(available())} (folders of {paths.templates_dir()})",
         )
-    meta = yaml.safe_load(meta_file.read_text()) or {}
+    folder = paths.templates_dir() / name
+    meta = yaml.safe_load((folder / "template.yaml").read_text()) or {}
     return Template(name, folder, meta, _parameter_model(name, meta.get("parameters") or {}))
 
 
