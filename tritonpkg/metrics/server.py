@@ -241,7 +241,10 @@ class MergedMetricsServer:
                 fields.get(b"authorization", b""), self._expected_auth):
             return 401, b"a bearer token is required\n", [(b"www-authenticate", b'Bearer realm="metrics"')]
         timeout = fields.get(SCRAPE_TIMEOUT_HEADER.lower().encode())
-        text = await self._scrape(_budget(timeout.decode(errors="replace") if timeout else None))
+        try:
+            text = await self._scrape(_budget(timeout.decode(errors="replace") if timeout else None))
+        except Exception as exc:  # noqa: BLE001 - the scrape fails, the server stays up
+            return 500, f"collecting the metrics failed: {type(exc).__name__}: {exc}\n".encode(), []
         return 200, text.encode(), [(b"content-type", CONTENT_TYPE.encode())]
 
     async def _scrape(self, budget: float) -> str:
