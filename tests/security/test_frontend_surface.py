@@ -151,6 +151,14 @@ def test_a_key_file_readable_by_others_is_refused(tmp_path):
             load_api_key(bad, None)
 
 
+def test_an_empty_key_never_means_no_key():
+    from tritonpkg.frontend import FrontendSettings
+    from tritonpkg.frontend.auth import ApiKeyError
+
+    with pytest.raises(ApiKeyError):
+        FrontendSettings(api_key="")
+
+
 def run_frontend_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """`tritonpkg frontend` against no Triton: it prints its warnings, starts, fails to list models, exits 1."""
     return subprocess.run([sys.executable, "-m", "tritonpkg", "frontend", "--triton-grpc", "127.0.0.1:1",

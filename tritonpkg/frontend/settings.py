@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 
@@ -33,3 +33,13 @@ class FrontendSettings(BaseModel):
                                         "it to 4 MiB, which no OpenAI client needs).")
     max_sequences: int = Field(256, ge=1, description="Most sequences (prompts x n) one request may ask for.")
     tokenizer_threads: int = Field(2, ge=1, le=64, description="Threads that tokenize prompts off the event loop.")
+
+    @field_validator("api_key")
+    @classmethod
+    def _usable_key(cls, key: SecretStr | None) -> SecretStr | None:
+        """An empty key must not mean "no key": it is refused like any other unusable one."""
+        if key is not None:
+            from tritonpkg.frontend.auth import check_key
+
+            check_key(key.get_secret_value(), "api_key")
+        return key
