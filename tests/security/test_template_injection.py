@@ -298,9 +298,13 @@ def test_a_template_outside_templates_is_unknown_and_never_rendered(write_spec, 
     rel = Path("..")
     for _ in paths.templates_dir().resolve().parts[1:]:
         rel = rel / ".."
-    data["python"]["template"] = str(rel / spec.parent.resolve().relative_to("/"))
-    spec.write_text(__import__("yaml").safe_dump(data))
+    escape = str(rel / spec.parent.resolve().relative_to("/"))
+    assert (paths.templates_dir() / escape / "template.yaml").is_file()
     with pytest.raises(SpecError, match="unknown template") as err:
-        package_spec(load_spec(spec), tmp_path / "repo")
+        templates.load(escape)
     assert err.value.field == "python.template" and "custom" in err.value.expected
+    data["python"]["template"] = escape
+    spec.write_text(__import__("yaml").safe_dump(data))
+    with pytest.raises(SpecError, match="python.template: (unknown template|String should have at most 64)"):
+        package_spec(load_spec(spec), tmp_path / "repo")
     assert not list(tmp_path.rglob(MARK)) and not (tmp_path / "repo").exists()
