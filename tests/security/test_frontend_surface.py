@@ -254,6 +254,9 @@ CHAT = '{"model": "m", "messages": [{"role": "user", "content": "a"}, {"role": "
     ("/v1/rerank", '{"model": "m", "query": "q", "documents": %s}' % json.dumps(["a"] * 3000), 400, "documents",
      "2048"),
     ("/v1/embeddings", '{"model": "m", "input": "x", "dimensions": %d}' % 2**70, 400, "dimensions", "64-bit"),
+    ("/v1/completions", '{"model": "m", "prompt": "x", "logit_bias": {"%s": 1}}' % ("9" * 5000), 400, "logit_bias",
+     "5000 characters"),  # int() of it raised ValueError: a 500
+    ("/v1/completions", '{"model": "m", "prompt": "x", "logit_bias": {"\u00b2": 1}}', 400, "logit_bias", "token ids"),
 ])
 def test_every_client_mistake_is_a_4xx_in_openai_shape(bare, route, body, status, param, says):
     response = httpx.post(bare.url + route, content=body.encode(), timeout=30,

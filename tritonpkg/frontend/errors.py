@@ -33,7 +33,9 @@ def invalid(message: str, param: str | None) -> APIError:
 
 def unknown_model(name: str, served: list[str]) -> APIError:
     listed = ", ".join(served) or "none"
-    return APIError(404, f"The model '{name}' does not exist here; served models: {listed}", param="model",
+    from tritonpkg.safepath import quote
+
+    return APIError(404, f"The model {quote(name)} does not exist here; served models: {listed}", param="model",
                     type=NOT_FOUND, code="model_not_found")
 
 

@@ -13,7 +13,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from tritonpkg.frontend.errors import APIError, invalid
-from tritonpkg.frontend.protocol import (HARMLESS, UNSUPPORTED, ChatCompletionRequest, CompletionRequest,
+from tritonpkg.safepath import quote
+from tritonpkg.frontend.protocol import (HARMLESS, INT64_MAX, UNSUPPORTED, ChatCompletionRequest, CompletionRequest,
                                          SamplingFields)
 
 # Request fields copied unchanged into sampling_parameters when set.
@@ -75,8 +76,8 @@ def sampling_parameters(req: SamplingFields, max_tokens: int | None) -> dict[str
 
 def _logit_bias(bias: dict[str, float]) -> dict[str, float]:
     for key, value in bias.items():
-        if not key.lstrip("-").isdigit() or int(key) < 0:
-            raise invalid(f"logit_bias keys are token ids (non-negative integers as strings); got {key!r}",
+        if not (key.isascii() and key.isdigit() and len(key) <= 19 and int(key) <= INT64_MAX):
+            raise invalid(f"logit_bias keys are token ids (non-negative integers as strings); got {quote(key)}",
                           "logit_bias")
         if not -100 <= value <= 100:
             raise invalid(f"logit_bias[{key!r}] = {value}: values must lie in [-100, 100]", "logit_bias")
