@@ -193,3 +193,69 @@ def test_a_live_packagers_staging_is_left_alone(write_spec, tmp_path):
         proc.terminate()
         proc.communicate(timeout=60)
     assert not stage.exists()
+
+
+# -- a hostile repository: validate reports, never crashes, never waits on a FIFO --------------------
+
+PY_CONFIG = ('name: "m"\nbackend: "python"\ninput [{ name: "X", data_type: TYPE_FP32, dims: [1] }]\n'
+             'output [{ name: "Y", data_type: TYPE_FP32, dims: [1] }]\n')
+PY_MODEL = "class TritonPythonModel:\n    def execute(self, requests):\n        return []\n"
+VLLM_CONFIG = 'name: "m"\nbackend: "vllm"\nmodel_transaction_policy { decoupled: true }\n'
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _sparse(size: int):
+    def make(path: Path) -> None:
+        with open(path, "wb") as f:
+            f.truncate(size)
+    return make
+
+
+HOSTILE_REPOS = {
+    "deep JSON model.json": ({"m/config.pbtxt": VLLM_CONFIG, "m/1/model.json": "[" * 100_000 + "]" * 100_000},
+                             "engine_args.json", "nested too deeply"),
+    "deep JSON object": ({"m/config.pbtxt": VLLM_CONFIG, "m/1/model.json": '{"a":' * 100_000 + "1" + "}" * 100_000},
+                         "engine_args.json", "nested too deeply"),
+    "FIFO model.json": ({"m/config.pbtxt": VLLM_CONFIG, "m/1/model.json": _fifo}, "layout.model-file", "FIFO"),
+    "FIFO model.py": ({"m/config.pbtxt": PY_CONFIG, "m/1/model.py": _fifo}, "layout.model-file", "FIFO"),
+    "FIFO requirements": ({"m/config.pbtxt": PY_CONFIG, "m/1/model.py": PY_MODEL, "m/1/requirements.txt": _fifo},
+                          None, None),
+    "model.py over the bound": ({"m/config.pbtxt": PY_CONFIG, "m/1/model.py": _sparse((16 << 20) + 1)},
+                                "backend.python-syntax", "cannot be read"),
+    "config.pbtxt over the bound": ({"m/config.pbtxt": _sparse((16 << 20) + 1), "m/1/model.py": PY_MODEL},
+                                    "config.syntax", "larger than"),
+    "deep config.pbtxt": ({"m/config.pbtxt": PY_CONFIG + "model_warmup { inputs { key: \"X\" value { " * 3000,
+                           "m/1/model.py": PY_MODEL}, "config.syntax", ""),
+    "binary model.py": ({"m/config.pbtxt": PY_CONFIG, "m/1/model.py": b"\x00\xff\xfe" * 1000},
+                        "backend.python-syntax", ""),
+    "lock of the wrong shape": ({"m/config.pbtxt": PY_CONFIG, "m/1/model.py": PY_MODEL,
+                                 LOCK_NAME: json.dumps({"lock_version": 1, "models": {"m": {
+                                     "versions": {"1": {"role": ["custom"], "tritonpkg": {}}}, "config_sha256": 1}}})},
+                                "lock.invalid", "cannot be checked"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_REPOS))
+def test_validate_reports_a_hostile_repository_instead_of_crashing_or_hanging(tmp_path, case):
+    """In a subprocess with a deadline: a FIFO read would block forever in the test process itself."""
+    files, rule, words = HOSTILE_REPOS[case]
+    repo = tmp_path / "repo"
+    for rel, data in files.items():
+        path = repo / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if callable(data):
+            data(path)
+        else:
+            path.write_bytes(data if isinstance(data, bytes) else data.encode())
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "tritonpkg", "validate", str(repo), "--json"], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "TRITONPKG_NO_LIVE_VLLM": "1"})
+    assert time.monotonic() - start < 30
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    if rule is not None:
+        found = [p for p in report["problems"] if p["rule"] == rule]
+        assert found and words in found[0]["message"], report["problems"]

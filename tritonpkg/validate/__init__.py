@@ -14,7 +14,7 @@ from tritonpkg.errors import TritonpkgError
 from tritonpkg.repository.lock import LOCK_NAME, verify as verify_lock
 from tritonpkg.validate.context import Context, count_gpus
 from tritonpkg.validate.contract import check_contract, load_contract
-from tritonpkg.validate.loaded import load_repository
+from tritonpkg.validate.loaded import load_repository, read_json
 from tritonpkg.validate.registry import run_rules
 from tritonpkg.validate.report import Problem, Report
 
@@ -58,7 +58,14 @@ def _lock_drift(repo: Path) -> list[Problem]:
     was validated and pinned."""
     if not (repo / LOCK_NAME).is_file():
         return []
+    try:
+        read_json(repo / LOCK_NAME)  # bounded, before the lock module parses it
+        lines = verify_lock(repo)
+    except (TritonpkgError, OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return [Problem(rule="lock.invalid", severity="warning", file=LOCK_NAME,
+                        message=f"the lock cannot be checked: {str(exc)[:200] or type(exc).__name__}",
+                        expected=f"the {LOCK_NAME} tritonpkg package writes; re-run it")]
     return [Problem(rule="lock.drift", severity="warning", file=line.split(":", 1)[0],
                     message=f"{line.split(': ', 1)[1]} (the repository changed after packaging)",
                     expected=f"the file recorded in {LOCK_NAME}; re-run tritonpkg package")
-            for line in verify_lock(repo)]
+            for line in lines]

@@ -22,15 +22,20 @@ class Context:
     _lock: dict | None = field(default=None, repr=False)
 
     def lock(self) -> dict:
-        """The repository's tritonpkg.lock.json ({} when there is none or it does not read)."""
+        """The repository's tritonpkg.lock.json as far as it is a mapping ({} when there is none or it
+        does not read; `validate` reports that as lock.invalid)."""
         if self._lock is None:
-            from tritonpkg.errors import TritonpkgError
-            from tritonpkg.repository.lock import read
+            from tritonpkg.repository.lock import LOCK_NAME
+            from tritonpkg.validate.loaded import read_json
 
-            try:
-                self._lock = read(self.repo)
-            except (TritonpkgError, OSError, ValueError):
-                self._lock = {}
+            self._lock = {}
+            if (self.repo / LOCK_NAME).is_file():
+                try:
+                    data = read_json(self.repo / LOCK_NAME)
+                except (OSError, ValueError):
+                    data = None
+                if isinstance(data, dict) and isinstance(data.get("models"), dict):
+                    self._lock = data
         return self._lock
 
     @property

@@ -8,14 +8,15 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tritonpkg.validate.loaded import read_text
 from tritonpkg.validate.vllm_probe import probe
 
 
 def vllm_imports(source: Path) -> list[tuple[str, int]]:
     """('module' or 'module:name', line) for every vllm import in `source`, nested ones included."""
     try:
-        tree = ast.parse(source.read_text(errors="replace"))
-    except SyntaxError:
+        tree = ast.parse(read_text(source))
+    except (OSError, SyntaxError, RecursionError, MemoryError):
         return []
     out: list[tuple[str, int]] = []
     for node in ast.walk(tree):

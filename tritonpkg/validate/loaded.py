@@ -1,9 +1,16 @@
-"""Load each model directory once (config parsed, locations, files, model.json) so rules stay pure."""
+"""Load each model directory once (config parsed, locations, files, model.json) so rules stay pure.
+
+A repository under validation may be hostile: every file is read through `read_bounded` (a regular
+file of at most MAX_FILE_BYTES; a FIFO or device is refused, never waited on), and what does not parse
+becomes a problem of that file, never an exception out of validate."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +24,40 @@ from tritonpkg.validate.report import Problem, Severity
 CONFIG = "config.pbtxt"
 ENGINE_ARGS = "model.json"
 VERSION_RE = re.compile(r"^(0|-?[1-9][0-9]*)$")  # 2.51 ignores "01": no leading zeros
+MAX_FILE_BYTES = 16 << 20  # beyond any config, engine-args file or model.py a server reads at load
+
+
+def read_bounded(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes; OSError for anything else."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        if info.st_size > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit} bytes", str(path))
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(limit + 1)
+        if len(data) > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit} bytes", str(path))
+        return data
+    finally:
+        os.close(fd)
+
+
+def read_text(path: Path, limit: int = MAX_FILE_BYTES) -> str:
+    return read_bounded(path, limit).decode("utf-8", errors="replace")
+
+
+def read_json(path: Path, limit: int = MAX_FILE_BYTES) -> Any:
+    """JSON of a bounded file; ValueError (with the reason) for anything that does not parse, nesting too
+    deep for the parser included."""
+    try:
+        return json.loads(read_bounded(path, limit))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"not valid JSON: {str(exc)[:200]}") from None
+    except RecursionError:
+        raise ValueError("not valid JSON: nested too deeply") from None
 
 
 @dataclass
@@ -85,9 +126,9 @@ def load_model(repo: Path, path: Path) -> LoadedModel:
             m.versions[int(entry)] = path / entry
     cfg_file = path / CONFIG
     if cfg_file.is_file():
-        m.config_text = cfg_file.read_text(errors="replace")
         cfg = pb.ModelConfig()
         try:
+            m.config_text = read_text(cfg_file)
             text_format.Parse(m.config_text, cfg)
             m.config = cfg
             m.locs = field_locations(m.config_text, pb.ModelConfig.DESCRIPTOR)
@@ -95,6 +136,12 @@ def load_model(repo: Path, path: Path) -> LoadedModel:
             msg = str(exc)
             msg = re.sub(r"^\d+:\d+ : ", "", msg)
             m.parse_error = (msg, exc.GetLine(), exc.GetColumn())
+        except RecursionError:
+            m.config, m.locs = None, {}
+            m.parse_error = ("messages nested too deeply", None, None)
+        except OSError as exc:
+            m.config_text = ""
+            m.parse_error = (f"config.pbtxt cannot be read: {exc.strerror}", None, None)
     elif m.backend == "python":
         m.config = pb.ModelConfig(name=m.name, backend="python")  # what Triton auto-completes
     _load_engine_args(m)
@@ -108,9 +155,12 @@ def _load_engine_args(m: LoadedModel) -> None:
         if f.is_file():
             m.engine_args_file = f
             try:
-                data = json.loads(f.read_text())
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                m.engine_args_error = f"not valid JSON: {exc}"
+                data = read_json(f)
+            except ValueError as exc:
+                m.engine_args_error = str(exc)
+                return
+            except OSError as exc:
+                m.engine_args_error = f"cannot be read: {exc.strerror}"
                 return
             if not isinstance(data, dict):
                 m.engine_args_error = "must be a JSON object of engine arguments"

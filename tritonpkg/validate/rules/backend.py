@@ -13,7 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from tritonpkg.validate.context import Context
-from tritonpkg.validate.loaded import LoadedModel
+from tritonpkg.validate.loaded import MAX_FILE_BYTES, LoadedModel, read_text
 from tritonpkg.validate.report import Problem
 from tritonpkg.validate.rules.versions import loaded_versions
 
@@ -79,10 +79,15 @@ def python_model_class(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
         if not src.is_file():
             continue
         try:
-            tree = ast.parse(src.read_text(errors="replace"), filename=str(src))
+            tree = ast.parse(read_text(src), filename=str(src))
         except SyntaxError as exc:
             yield m.problem("backend.python-syntax", "error", f"{exc.msg}", file=src,
                             at=(exc.lineno or 1, exc.offset or 1), expected="a model.py that compiles")
+            continue
+        except (OSError, RecursionError, MemoryError) as exc:
+            yield m.problem("backend.python-syntax", "error", f"{name} cannot be read or parsed: "
+                            f"{getattr(exc, 'strerror', None) or type(exc).__name__}", file=src,
+                            expected=f"a model.py of at most {MAX_FILE_BYTES} bytes that compiles")
             continue
         if not _defines(tree, "TritonPythonModel"):
             yield m.problem("backend.python-class", "error", "model.py defines no TritonPythonModel",
@@ -133,7 +138,10 @@ def decoupled_policy(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
             src = m.versions[v] / (cfg.default_model_filename or "model.py")
             if not src.is_file():
                 continue
-            sends = "get_response_sender" in src.read_text(errors="replace")
+            try:
+                sends = "get_response_sender" in read_text(src)
+            except OSError:
+                break  # python_model_class reports it
             if sends and not decoupled:
                 yield m.problem("backend.decoupled", "warning",
                                 f"{m.rel(src)} uses get_response_sender but the model is not decoupled: "

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tritonpkg.validate.context import Context
-from tritonpkg.validate.loaded import LoadedModel
+from tritonpkg.validate.loaded import LoadedModel, read_text
 from tritonpkg.validate.report import Problem
 from tritonpkg.validate.rules.versions import loaded_versions
 
@@ -33,7 +33,7 @@ def template_weights(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
                             expected="the folder on the serving host (materialized there), or the model's load fails")
             continue
         try:
-            read_checkpoint(weights, scoring="ScoringModel" in src.read_text(errors="replace"))
+            read_checkpoint(weights, scoring="ScoringModel" in read_text(src))
         except EmbeddingInputError as exc:
             yield m.problem("checkpoint.unloadable", "error", exc.message, file=src, field=exc.field,
                             expected=exc.expected)
@@ -42,8 +42,8 @@ def template_weights(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
 def _settings_weights(src: Path) -> str | None:
     """SETTINGS["weights"] of a template's model.py (a literal the packager wrote)."""
     try:
-        tree = ast.parse(src.read_text(errors="replace"))
-    except (OSError, SyntaxError):
+        tree = ast.parse(read_text(src))
+    except (OSError, SyntaxError, RecursionError, MemoryError):
         return None  # backend.python-syntax reports it
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "SETTINGS" for t in node.targets):

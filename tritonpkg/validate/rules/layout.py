@@ -70,11 +70,13 @@ def model_file(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
         return
     active = loaded_versions(m)
     for v, d in sorted(m.versions.items()):
-        if v < 0 or (d / name).exists():
+        path = d / name
+        if v < 0 or path.is_file() or path.is_dir():  # a folder for model.savedmodel
             continue
         loads = v in active
+        what = "a FIFO, device or dangling link" if path.exists() or path.is_symlink() else "no"
         yield m.problem("layout.model-file", "error" if loads else "warning",
-                        f"version {v} has no {name} (backend {m.backend!r})"
+                        f"version {v} has {what} {name} (backend {m.backend!r})"
                         + ("" if loads else "; the version policy does not load it"),
                         file=d, expected=f"{m.rel(d / name)}")
 

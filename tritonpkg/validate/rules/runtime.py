@@ -15,7 +15,7 @@ from packaging.version import Version
 from tritonpkg import compat
 from tritonpkg.validate.context import Context
 from tritonpkg.validate.imports import unresolved_installed, vllm_imports
-from tritonpkg.validate.loaded import LoadedModel
+from tritonpkg.validate.loaded import LoadedModel, read_text
 from tritonpkg.validate.vllm_probe import probe
 from tritonpkg.validate.report import Problem
 
@@ -30,7 +30,11 @@ def requirement_files(m: LoadedModel) -> list[Path]:
 
 def requirements(m: LoadedModel) -> Iterator[tuple[Path, int, Requirement]]:
     for f in requirement_files(m):
-        for n, line in enumerate(f.read_text(errors="replace").splitlines(), 1):
+        try:
+            text = read_text(f)
+        except OSError:
+            continue
+        for n, line in enumerate(text.splitlines(), 1):
             text = line.split("#", 1)[0].strip()
             if not text or text.startswith("-"):
                 continue

@@ -11,7 +11,7 @@ from tritonpkg import __version__
 from tritonpkg.errors import TritonpkgError
 from tritonpkg.repository import templates
 from tritonpkg.validate.context import Context
-from tritonpkg.validate.loaded import LoadedModel
+from tritonpkg.validate.loaded import LoadedModel, read_text
 from tritonpkg.validate.report import Problem
 from tritonpkg.validate.rules.versions import loaded_versions
 
@@ -20,17 +20,20 @@ def template_code(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
     """Only versions the lock says this tritonpkg rendered from a template (older releases' templates differ)."""
     if m.config is None or m.backend != "python":
         return
-    versions = (ctx.lock().get("models", {}).get(m.name) or {}).get("versions") or {}
+    model = ctx.lock()["models"].get(m.name) if ctx.lock() else None
+    versions = model.get("versions") if isinstance(model, dict) else None
     for v in sorted(loaded_versions(m)):
-        entry = versions.get(str(v)) or {}
+        entry = versions.get(str(v)) if isinstance(versions, dict) else None
+        if not isinstance(entry, dict) or entry.get("tritonpkg") != __version__:
+            continue
         role = entry.get("role")
-        if entry.get("tritonpkg") != __version__ or role not in templates.available():
+        if not isinstance(role, str) or role not in templates.available():
             continue
         src = m.versions[v] / (m.config.default_model_filename or "model.py")
         try:
             expected = templates.expected_shape(role)
-            line = templates.first_difference(src.read_text(errors="replace"), expected) if expected else None
-        except (OSError, SyntaxError, TritonpkgError):
+            line = templates.first_difference(read_text(src), expected) if expected else None
+        except (OSError, SyntaxError, RecursionError, MemoryError, TritonpkgError):
             continue  # a missing or unparsable model.py is reported by the layout and backend rules
         if line is not None:
             yield m.problem("template.code", "error",
