@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from tritonpkg import compat
 from tritonpkg.errors import SpecError
-from tritonpkg.safepath import within
+from tritonpkg.safepath import quote, within
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 MAX_NAME = 200  # a directory name, with room for an ensemble's "_detokenize" suffix
@@ -133,6 +133,8 @@ class Spec(_Strict):
     def _weights(cls, v: str | None) -> str | None:
         if v is None:
             return v
+        if not v or any(ord(c) < 0x20 or c == "\x7f" for c in v):
+            raise ValueError("weights must be a non-empty location without NUL or control characters")
         if v.startswith("hf://") and not re.fullmatch(r"hf://[\w.\-]+/[\w.\-]+(@[\w.\-/]+)?", v):
             raise ValueError("hf weights must look like hf://org/name@revision")
         if v.startswith("s3://") and not re.fullmatch(r"s3://[a-z0-9.\-]{3,63}(/.*)?", v):
@@ -216,7 +218,7 @@ def _check_local_weights(spec: Spec, node: yaml.Node | None, path: Path) -> None
         return
     if not within(spec.base_dir / spec.weights, spec.base_dir):
         line = _line_of(node, ("weights",))
-        raise SpecError(f"{spec.weights!r} leads outside the spec's folder {spec.base_dir}",
+        raise SpecError(f"{quote(spec.weights)} leads outside the spec's folder {spec.base_dir}",
                         file=f"{path}:{line}" if line else path, field="weights",
                         expected="a path inside the spec's folder, an absolute path, s3:// or hf://")
 

@@ -234,7 +234,7 @@ def test_free_text_that_is_rendered_stays_a_string_when_triton_imports_the_model
     import yaml
 
     data = yaml.safe_load((EXAMPLES / "minilm-embeddings-template" / "tritonpkg.yaml").read_text())
-    weights = str(tmp_path / f'w"""\nopen("{MARK}", "w")\n"""\u2028\\')
+    weights = str(tmp_path / f'w"""; open("{MARK}", "w"); """\u2028\u2029\\\'\'\'{{{{ x }}}}')
     data["weights"] = weights
     spec = load_spec(write_spec(data))
     package_spec(spec, tmp_path / "repo")

@@ -63,6 +63,12 @@ def test_weights_inside_the_folder_absolute_or_remote_load(write_spec, tmp_path,
     assert spec.weights_location() is not None
 
 
+@pytest.mark.parametrize("weights", ["w\x00x", "/models/m\nx", ""])
+def test_weights_with_nul_or_control_characters_are_refused_at_load(write_spec, weights):
+    with pytest.raises(SpecError, match="weights: weights must be a non-empty location without NUL"):
+        load_spec(write_spec({"name": "m", "version": 1, "kind": "vllm", "weights": weights}))
+
+
 # -- version ----------------------------------------------------------------------------------------
 
 def test_a_version_directory_beyond_int64_is_an_error(write_spec, tmp_path):
