@@ -111,6 +111,9 @@ OUTPUTS = [
 ]
 
 
+INVALID_ARG, UNAVAILABLE = "INVALID_ARG", "UNAVAILABLE"  # pb_utils.TritonError codes (_send_error)
+
+
 class RequestError(ValueError):
     """A problem with one request: reported to its client, the model keeps serving."""
 
@@ -264,18 +267,19 @@ class TritonPythonModel:
         for request in requests:
             sender = request.get_response_sender()
             if self._dead is not None:
-                self._send_error(sender, self._dead)
+                self._send_error(sender, self._dead, UNAVAILABLE)
                 continue
             if self._closing:
-                self._send_error(sender, "the model is being unloaded")
+                self._send_error(sender, "the model is being unloaded", UNAVAILABLE)
                 continue
             try:
                 job = self._parse(request)
             except (RequestError, ParamError) as exc:
-                self._send_error(sender, str(exc))
+                self._send_error(sender, str(exc), INVALID_ARG)
                 continue
-            except Exception as exc:
-                self._send_error(sender, f"could not read the request: {exc}")
+            except Exception as exc:  # nothing ran yet: whatever the parse tripped on came with the request
+                self.logger.log_warn(f"[vllm] unreadable request: {traceback.format_exc()}")
+                self._send_error(sender, f"could not read the request: {type(exc).__name__}: {exc}", INVALID_ARG)
                 continue
             kind = job.pop("kind")
             coro = {"generate": self._generate, "score": self._score, "embed": self._embed}[kind]
@@ -379,9 +383,9 @@ class TritonPythonModel:
             if not ticket.done():
                 if isinstance(exc, self._EngineDeadError) or self._dead is not None:
                     self._mark_dead(f"the vLLM engine died ({type(exc).__name__}: {exc})")
-                    self._send_error(sender, self._dead)
+                    self._send_error(sender, self._dead, UNAVAILABLE)
                 elif isinstance(exc, (RequestError, ParamError, *self._client_errors)):
-                    self._send_error(sender, f"vLLM rejected the request: {exc}")
+                    self._send_error(sender, f"vLLM rejected the request: {exc}", INVALID_ARG)
                 else:
                     self.logger.log_error(f"[vllm] request {request_id} failed: {traceback.format_exc()}")
                     self._send_error(sender, f"vLLM failed the request: {type(exc).__name__}: {exc}")
@@ -538,7 +542,7 @@ class TritonPythonModel:
         self.logger.log_error(f"[vllm] {self._dead}")
         for request_id, sender in list(self._requests.items()):
             self._requests.pop(request_id, None)
-            self._send_error(sender, self._dead)
+            self._send_error(sender, self._dead, UNAVAILABLE)
         self._reap_children()
         threading.Thread(target=self._unload_self, name="vllm-unload", daemon=True).start()
 
@@ -572,8 +576,13 @@ class TritonPythonModel:
             response = pb_utils.InferenceResponse(error=error) if error is not None else None
         self._responses.put((sender, response, pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL))
 
-    def _send_error(self, sender, message: str):
-        response = pb_utils.InferenceResponse(error=pb_utils.TritonError(f"[vllm] {message}"))
+    def _send_error(self, sender, message: str, code: str = "INTERNAL"):
+        """`code` names a pb_utils.TritonError code: INVALID_ARG (Triton answers HTTP 400), UNAVAILABLE (503),
+        INTERNAL (500, the backend's own failures only)."""
+        number = getattr(pb_utils.TritonError, code, None)
+        error = (pb_utils.TritonError(f"[vllm] {message}", number) if number is not None
+                 else pb_utils.TritonError(f"[vllm] {message}"))
+        response = pb_utils.InferenceResponse(error=error)
         self._responses.put((sender, response, pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL))
 
     def _send_loop(self):
@@ -722,15 +731,24 @@ def _input_string(request, name: str) -> str | None:
     value = tensor.as_numpy().reshape(-1)
     if value.size == 0:
         return None
-    value = value[0]
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+    return _text(value[0], name)
 
 
 def _input_strings(request, name: str) -> list[str] | None:
     tensor = pb_utils.get_input_tensor_by_name(request, name)
     if tensor is None:
         return None
-    return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in tensor.as_numpy().reshape(-1)]
+    return [_text(v, name) for v in tensor.as_numpy().reshape(-1)]
+
+
+def _text(value, name: str) -> str:
+    """One element of a BYTES input as text; Triton has checked the datatype and shape against the config."""
+    if not isinstance(value, bytes):
+        raise RequestError(f"input '{name}' must be BYTES (UTF-8 text), got {type(value).__name__}")
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RequestError(f"input '{name}' is not UTF-8 text: byte {exc.start} ({value[exc.start:exc.start + 1]!r})") from None
 
 
 def _json_object(raw: str, name: str) -> dict:

@@ -204,6 +204,47 @@ def test_bad_values_and_too_long_prompts_are_error_responses(server):
     assert status == 200, body
 
 
+def test_malformed_kserve_inputs_are_400s_naming_the_input(server):
+    """Client mistakes are Triton's INVALID_ARG (HTTP 400) naming the input; over gRPC the stream's error names
+    the input (a text that is not UTF-8 was "could not read the request: 'utf-8' codec ..."). Not covered: on
+    /generate a JSON value of the wrong type (`"text_input": 5`, `"stream": "yes"`) or an invalid surrogate is
+    refused by Triton 2.51's own JSON parsing with a 500 before any backend runs (README, Security)."""
+    import tritonclient.grpc as grpcclient
+
+    for body, named in (
+        ({"text_input": PROMPT, "sampling_parameters": "{not json"}, "sampling_parameters"),
+        ({"text_input": PROMPT, "sampling_parameters": "[1, 2]"}, "sampling_parameters"),
+        ({"text_input": PROMPT, "sampling_parameters": json.dumps({"max_tokens": {"n": 1}})}, "max_tokens"),
+        ({"text_input": [PROMPT, PROMPT], "parameters": {"max_tokens": 2}}, "text_input"),
+    ):
+        status, answer = generate(server, body)
+        assert status == 400, (body, status, answer)
+        assert named in answer["error"], (body, answer)
+
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        for name, array, dtype, named in (
+                ("text_input", np.array([b"\xff\xfe"], dtype=object), "BYTES", "not UTF-8"),
+                ("sampling_parameters", np.array([b"{\"max_tokens\": \xff}"], dtype=object), "BYTES", "not UTF-8"),
+                ("text_input", np.array([5], dtype=np.int32), "INT32", "data-type"),
+                ("text_input", np.array([b"a", b"b"], dtype=object), "BYTES", "shape")):
+            results: queue.Queue = queue.Queue()
+            client.start_stream(callback=lambda result, error: results.put((result, error)))
+            tensors = [] if name == "text_input" else [grpcclient.InferInput("text_input", [1], "BYTES")]
+            for t in tensors:
+                t.set_data_from_numpy(np.array([PROMPT.encode()], dtype=object))
+            tensors.append(grpcclient.InferInput(name, list(array.shape), dtype))
+            tensors[-1].set_data_from_numpy(array)
+            client.async_stream_infer(MODEL, tensors)
+            _, error = results.get(timeout=60)
+            client.stop_stream()
+            assert error is not None and name in str(error) and named in str(error), str(error)
+    finally:
+        client.close()
+    status, body = generate(server, {"text_input": PROMPT, "parameters": {"max_tokens": 2}})
+    assert status == 200, body  # the model serves on
+
+
 def test_max_tokens_is_respected(server, tokenizer):
     allowed = word_token_ids(tokenizer)
     assert len(allowed) > 10
