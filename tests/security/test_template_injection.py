@@ -273,6 +273,12 @@ def test_validate_flags_code_added_to_a_rendered_model(write_spec, tmp_path):
     assert [(p.severity, p.file, p.line, p.model) for p in found] == [("error", "double/1/model.py", at + 1, "double")]
     assert "'custom' template" in found[0].message
 
+    lock_path = tmp_path / "repo" / "tritonpkg.lock.json"  # rendered by another template's sources: not compared
+    lock = json.loads(lock_path.read_text())
+    lock["models"]["double"]["versions"]["1"]["template_sha256"] = "0" * 64
+    lock_path.write_text(json.dumps(lock))
+    assert [p for p in validate_repository(tmp_path / "repo").problems if p.rule == "template.code"] == []
+
 
 def test_the_hook_module_must_be_one_of_the_packaged_files(write_spec, tmp_path):
     spec = write_spec(_custom_spec(module="other.py"), extra_files={"hooks.py": HOOKS})

@@ -9,10 +9,11 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from tritonpkg import __version__, safepath
+from tritonpkg import safepath
 from tritonpkg.errors import PackageError
 from tritonpkg.repository import archive as archive_mod
 from tritonpkg.repository import lock as lock_mod
+from tritonpkg.repository import templates
 from tritonpkg.repository.atomic import staged_directory
 from tritonpkg.repository.build import BuiltModel, build_models, lock_pins
 from tritonpkg.repository.pins import check_requirements, pinned_versions
@@ -53,7 +54,9 @@ def package_spec(spec: Spec, repository: str | Path, archive: str | Path | None 
             lock_mod.record(lock, model.name, model.version, lock_mod.sha256(model.files[model.config_path]), {
                 "package": spec.name,
                 "role": model.role,
-                "tritonpkg": __version__,  # whose templates rendered the code (validate compares against them)
+                # the template that rendered the code, so validate compares the code with that template only
+                "template_sha256": (templates.source_digest(model.role)
+                                    if model.role in templates.available() else None),
                 "kind": spec.kind,
                 "spec_sha256": spec_sha256(spec),
                 "pins": lock_pins(spec),

@@ -73,6 +73,20 @@ def load(name: str) -> Template:
     return Template(name, folder, meta, _parameter_model(name, meta.get("parameters") or {}))
 
 
+@lru_cache(maxsize=None)
+def source_digest(name: str) -> str:
+    """sha256 of a template's sources (template.yaml and every *.j2): the lock records it, so validate
+    compares a model.py only with the template that rendered it."""
+    import hashlib
+
+    template = load(name)
+    digest = hashlib.sha256()
+    for path in [template.folder / "template.yaml", *template.sources()]:
+        data = path.read_bytes()
+        digest.update(f"{path.name}\0{len(data)}\0".encode() + data)
+    return digest.hexdigest()
+
+
 def _identifier(value: str) -> str:
     if not value.isidentifier() or keyword.iskeyword(value):
         raise ValueError("not a Python identifier")

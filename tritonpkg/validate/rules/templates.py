@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from tritonpkg import __version__
 from tritonpkg.errors import TritonpkgError
 from tritonpkg.repository import templates
 from tritonpkg.validate.context import Context
@@ -17,17 +16,16 @@ from tritonpkg.validate.rules.versions import loaded_versions
 
 
 def template_code(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
-    """Only versions the lock says this tritonpkg rendered from a template (older releases' templates differ)."""
+    """Only versions the lock says were rendered from the template as it is now (its sources' sha256)."""
     if m.config is None or m.backend != "python":
         return
     model = ctx.lock()["models"].get(m.name) if ctx.lock() else None
     versions = model.get("versions") if isinstance(model, dict) else None
     for v in sorted(loaded_versions(m)):
         entry = versions.get(str(v)) if isinstance(versions, dict) else None
-        if not isinstance(entry, dict) or entry.get("tritonpkg") != __version__:
-            continue
-        role = entry.get("role")
-        if not isinstance(role, str) or role not in templates.available():
+        role = entry.get("role") if isinstance(entry, dict) else None
+        if not isinstance(role, str) or role not in templates.available() \
+                or entry.get("template_sha256") != templates.source_digest(role):
             continue
         src = m.versions[v] / (m.config.default_model_filename or "model.py")
         try:
