@@ -117,7 +117,7 @@ def plan_serve(options: StartupOptions, facts: PackageFacts) -> StartupPlan:
             plan.notes.append(warning)
     elif openai:
         plan.notes.append("separate mode: run `tritonpkg frontend --triton-grpc ...` beside this server "
-                          "for the OpenAI API")
+                          "for the OpenAI API, with TRITONPKG_ADMIN_KEY set to this server's admin key")
     return plan
 
 
