@@ -21,7 +21,9 @@ from tritonpkg.safepath import quote, within
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 MAX_NAME = 200  # a directory name, with room for an ensemble's "_detokenize" suffix
-MAX_VERSION = 2**63 - 1  # Triton keeps model versions as int64
+INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1  # the ModelConfig fields they end up in
+MAX_VERSION = INT64_MAX  # Triton keeps model versions as int64
+MAX_DIMS = 64
 MAX_SPEC_BYTES = 1 << 20
 MAX_DEPTH = 32
 MAX_NODES = 50_000  # a real spec has hundreds; parsing a 1 MiB list of half a million takes seconds
@@ -40,7 +42,8 @@ class TensorSpec(_Strict):
 
     name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
     data_type: str = Field(description="Triton data type: FP32, INT64, STRING (= BYTES), ... TYPE_ prefix optional")
-    dims: list[int] = Field(min_length=1, description="shape without the batch dimension; -1 = variable")
+    dims: list[int] = Field(min_length=1, max_length=MAX_DIMS,
+                            description="shape without the batch dimension; -1 = variable")
     optional: bool = False
 
     @field_validator("data_type")
@@ -56,8 +59,8 @@ class TensorSpec(_Strict):
     @field_validator("dims")
     @classmethod
     def _dims(cls, v: list[int]) -> list[int]:
-        if any(d == 0 or d < -1 for d in v):
-            raise ValueError("every dim must be a positive size or -1 (variable)")
+        if any(d == 0 or d < -1 or d > INT64_MAX for d in v):
+            raise ValueError(f"every dim must be a positive size or -1 (variable), at most {INT64_MAX}")
         return v
 
 
@@ -69,8 +72,8 @@ class PythonModel(_Strict):
     parameters: dict[str, Any] = Field(default_factory=dict, description="template parameters")
     inputs: list[TensorSpec] = Field(default_factory=list)
     outputs: list[TensorSpec] = Field(default_factory=list)
-    max_batch_size: int = Field(default=0, ge=0)
-    instance_count: int = Field(default=1, ge=1)
+    max_batch_size: int = Field(default=0, ge=0, le=INT32_MAX)
+    instance_count: int = Field(default=1, ge=1, le=INT32_MAX)
     files: list[str] = Field(default_factory=list, description="user files (relative to the spec) copied beside model.py")
 
 
@@ -84,10 +87,10 @@ class Plugin(_Strict):
 
 class Deployment(_Strict):
     strategy: Literal["auto", "red-black", "versioned"] = "auto"
-    replicas: int = Field(default=1, ge=1)
+    replicas: int = Field(default=1, ge=1, le=INT32_MAX)
     traffic_steps: list[int] = Field(default_factory=lambda: [10, 25, 50, 100])
     instance_kind: Literal["KIND_AUTO", "KIND_CPU", "KIND_GPU", "KIND_MODEL"] = "KIND_AUTO"
-    gpus: int = Field(default=0, ge=0)
+    gpus: int = Field(default=0, ge=0, le=INT32_MAX)
     smoke_request: dict[str, Any] | None = Field(default=None, description="inputs of the canary request")
 
     @field_validator("traffic_steps")

@@ -154,3 +154,27 @@ def test_a_contract_file_is_read_by_the_same_bounded_loader(tmp_path):
     deep.write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(TritonpkgError, match="cannot parse contract"):
         load_contract(deep)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("dims", [2**63], "every dim must be a positive size or -1 \\(variable\\), at most 9223372036854775807"),
+    ("dims", [1] * 65, "at most 64 items"),
+    ("max_batch_size", 2**31, "less than or equal to 2147483647"),
+    ("instance_count", 2**31, "less than or equal to 2147483647"),
+])
+def test_numbers_that_reach_the_model_config_fit_its_fields(write_spec, tmp_path, field, value, message):
+    """Out of the protobuf's range they crashed the config builder ("Value out of range") with a traceback."""
+    from tritonpkg.repository import package_spec
+
+    python = {"template": "custom", "parameters": {"module": "hooks.py"}, "files": ["hooks.py"],
+              "inputs": [{"name": "X", "data_type": "FP32", "dims": [4]}],
+              "outputs": [{"name": "Y", "data_type": "FP32", "dims": [4]}]}
+    if field == "dims":
+        python["inputs"][0]["dims"] = value
+    else:
+        python[field] = value
+    spec = write_spec({"name": "m", "version": 1, "kind": "python", "python": python},
+                      extra_files={"hooks.py": "def model(x):\n    return x\n"})
+    with pytest.raises(SpecError, match=message):
+        package_spec(load_spec(spec), tmp_path / "repo")
+    assert not (tmp_path / "repo").exists()
