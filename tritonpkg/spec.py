@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from tritonpkg import compat
 from tritonpkg.errors import SpecError
-from tritonpkg.safepath import quote, within
+from tritonpkg.safepath import MAX_NAME_BYTES, MAX_SEGMENT_BYTES, quote, within
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 MAX_NAME = 200  # a directory name, with room for an ensemble's "_detokenize" suffix
@@ -138,6 +138,10 @@ class Spec(_Strict):
             return v
         if not v or any(ord(c) < 0x20 or c == "\x7f" for c in v):
             raise ValueError("weights must be a non-empty location without NUL or control characters")
+        if len(v.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES or ("://" not in v and any(
+                len(part.encode("utf-8", "surrogatepass")) > MAX_SEGMENT_BYTES for part in v.split("/"))):
+            raise ValueError(f"weights must be at most {MAX_NAME_BYTES} bytes, each folder name at most "
+                             f"{MAX_SEGMENT_BYTES}")
         if v.startswith("hf://") and not re.fullmatch(r"hf://[\w.\-]+/[\w.\-]+(@[\w.\-/]+)?", v):
             raise ValueError("hf weights must look like hf://org/name@revision")
         if v.startswith("s3://") and not re.fullmatch(r"s3://[a-z0-9.\-]{3,63}(/.*)?", v):

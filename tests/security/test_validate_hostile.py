@@ -63,10 +63,16 @@ def test_weights_inside_the_folder_absolute_or_remote_load(write_spec, tmp_path,
     assert spec.weights_location() is not None
 
 
-@pytest.mark.parametrize("weights", ["w\x00x", "/models/m\nx", ""])
-def test_weights_with_nul_or_control_characters_are_refused_at_load(write_spec, weights):
-    with pytest.raises(SpecError, match="weights: weights must be a non-empty location without NUL"):
+@pytest.mark.parametrize("weights, message", [
+    ("w\x00x", "without NUL"), ("/models/m\nx", "without NUL"), ("", "non-empty"),
+    ("x" * 5000, "at most 4096 bytes"), ("/models/" + "x" * 300, "each folder name at most 255"),
+    ("s3://bucket/" + "k" * 5000, "at most 4096 bytes"),
+])
+def test_weights_that_are_no_path_are_refused_at_load(write_spec, weights, message):
+    """A NUL or an over-long name crashed later, in the path calls (ValueError, ENAMETOOLONG)."""
+    with pytest.raises(SpecError, match="weights: weights must be") as err:
         load_spec(write_spec({"name": "m", "version": 1, "kind": "vllm", "weights": weights}))
+    assert message in str(err.value) and len(str(err.value)) < 600
 
 
 # -- version ----------------------------------------------------------------------------------------
