@@ -159,10 +159,11 @@ def _required(template: templates.Template) -> dict:
     ("preprocess", "pre", True), ("preprocess", None, True), ("preprocess", "a.b", False),
     ("preprocess", "class", False), ("preprocess", "f()", False), ("model", "", False),
     ("factory", True, True), ("factory", "true", False), ("factory", 1, False),
+    ("tokenizer", "../tok", True), ("tokenizer", "t" * 300, False), ("tokenizer", "a/" * 3000, False),
 ])
 def test_identifiers_and_module_files_are_checked_as_such(key, value, ok):
-    custom = templates.load("custom")
-    params = {"module": "hooks.py", key: value}
+    custom = templates.load("ensemble" if key == "tokenizer" else "custom")
+    params = {"module": "hooks.py", **({"tokenizer": "tok"} if key == "tokenizer" else {}), key: value}
     if ok:
         assert templates.resolve_parameters(custom, params, None)[key] == value
     else:

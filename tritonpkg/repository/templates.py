@@ -25,7 +25,7 @@ from pydantic import create_model
 
 from tritonpkg import __version__, paths
 from tritonpkg.errors import SpecError
-from tritonpkg.safepath import quote
+from tritonpkg.safepath import MAX_NAME_BYTES, MAX_SEGMENT_BYTES, quote
 
 MAX_LITERAL_DEPTH = 32
 MAX_STRING = 4096
@@ -103,8 +103,12 @@ def _python_file(value: str) -> str:
 
 
 def _path(value: str) -> str:
+    """Only the shape of a path (the packager reads it under the one path rule, tritonpkg.safepath)."""
     if not value or any(ord(c) < 0x20 or c == "\x7f" for c in value):
         raise ValueError("empty, or a NUL or control character")
+    if len(value.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES or any(
+            len(part.encode("utf-8", "surrogatepass")) > MAX_SEGMENT_BYTES for part in value.split("/")):
+        raise ValueError("too long for a path")
     return value
 
 
