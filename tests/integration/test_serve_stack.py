@@ -144,8 +144,13 @@ def grpc_ready(port: int) -> bool:
         client.close()
 
 
+METRICS_TOKEN = "serve-stack-metrics-token-0123456789"
+BEARER = {"Authorization": f"Bearer {METRICS_TOKEN}"}
+
+
 def metrics_ok(port: int) -> bool:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=15) as resp:  # > the 8 s fetch budget
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers=BEARER)
+    with urllib.request.urlopen(req, timeout=15) as resp:  # > the 8 s fetch budget
         return resp.status == 200 and b"nv_inference_request_success" in resp.read()
 
 
@@ -159,7 +164,7 @@ def stack(archive, tmp_path_factory, s3_server):
     """The CLI serving the archive, with the pollers' record of its start-up."""
     http, grpc, metrics, openai = free_ports(4)
     env = {**os.environ, **s3_server.env, "VLLM_CPU_KVCACHE_SPACE": "1", "NO_COLOR": "1", "COLUMNS": "200",
-           "TRITONPKG_API_KEY": OPENAI_KEY}
+           "TRITONPKG_API_KEY": OPENAI_KEY, "TRITONPKG_METRICS_TOKEN": METRICS_TOKEN}
     weights_root = tmp_path_factory.mktemp("weights-root")
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     pollers = [Poller("http", http, lambda: http_ready(http)), Poller("grpc", grpc, lambda: grpc_ready(grpc)),
@@ -248,7 +253,8 @@ def prometheus(stack, tmp_path_factory):
     root = tmp_path_factory.mktemp("prometheus")
     (root / "prometheus.yml").write_text(yaml.safe_dump({
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "scrape_configs": [{"job_name": "tritonpkg", "static_configs": [
+        "scrape_configs": [{"job_name": "tritonpkg", "authorization": {"credentials": METRICS_TOKEN},
+                            "static_configs": [
             {"targets": [f"127.0.0.1:{stack['ports']['metrics']}"]}]}],
     }))
     [port] = free_ports(1)
@@ -314,8 +320,28 @@ def test_the_embedded_openai_api_answers_through_triton(stack) -> None:
     assert completion.choices[0].text and completion.usage.completion_tokens >= 1
 
 
+def test_tritons_admin_apis_need_the_key_serve_printed(stack) -> None:
+    """Model control and logging through serve's own ports only with its admin key (the embedded OpenAI API
+    lists models through the repository index with it: test above)."""
+    info, url = stack["info"], f"http://127.0.0.1:{stack['ports']['http']}"
+    for headers, wanted in (({}, 403), ({"admin-key": info["admin_key"]}, 200)):
+        req = urllib.request.Request(url + "/v2/logging", data=b'{"log_verbose_level": 0}', method="POST",
+                                     headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                status = resp.status
+        except urllib.error.HTTPError as exc:
+            status = exc.code
+        assert status == wanted, headers
+    assert Path(info["admin_key_file"]).stat().st_mode & 0o077 == 0
+
+
 def test_merged_text_has_every_family_once(stack) -> None:
-    with urllib.request.urlopen(stack["info"]["metrics_url"], timeout=10) as resp:
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(stack["info"]["metrics_url"], timeout=10)
+    assert refused.value.code == 401 and stack["info"]["metrics_auth"] == "bearer"
+    with urllib.request.urlopen(urllib.request.Request(stack["info"]["metrics_url"], headers=BEARER),
+                                timeout=10) as resp:
         text = resp.read().decode()
     families = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")]
     assert len(families) == len(set(families)), sorted(f for f in families if families.count(f) > 1)
