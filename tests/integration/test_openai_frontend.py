@@ -405,7 +405,10 @@ def test_health_live_answers_while_prompts_are_tokenized(frontend):
     error = answer["response"].json()["error"]
     assert answer["response"].status_code == 400 and error["param"] == "prompt" and "tokens" in error["message"]
     assert took > 0.5 and len(latencies) > 10, (took, len(latencies))  # the tokenizing did take a while
-    assert max(latencies) < 0.1, (took, sorted(latencies)[-5:])
+    # 19 of 20 probes within 100 ms, none over 1 s: one probe may lose its core to the other processes
+    # of a 2-core host; blocked on the tokenizing, each waited seconds
+    ordered = sorted(latencies)
+    assert ordered[int(len(ordered) * 0.95)] < 0.1 and ordered[-1] < 1.0, (took, ordered[-5:])
 
 
 def test_a_prompt_too_long_in_bytes_for_the_context_is_refused_before_tokenizing(client):
