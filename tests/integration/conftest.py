@@ -3,6 +3,7 @@ packaged into one repository, served once per test session."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ BATCHED_TOKENIZER = {
     "kind": "python",
     "python": {
         "template": "tokenizer",
-        "parameters": {"tokenizer": str(EXAMPLES / "tiny-llm" / "tokenizer"), "add_special_tokens": False},
+        "parameters": {"tokenizer": "tokenizer", "add_special_tokens": False},  # copied into the spec's folder
         "max_batch_size": 4,
     },
 }
@@ -57,6 +58,7 @@ def python_repo(tmp_path_factory) -> Path:
         folder = root / data["name"]
         folder.mkdir()
         (folder / "hooks.py").write_text(HOOKS)
+        shutil.copytree(EXAMPLES / "tiny-llm" / "tokenizer", folder / "tokenizer")
         (folder / "tritonpkg.yaml").write_text(yaml.safe_dump(data))
         package_spec(load_spec(folder), repo)
     return repo
