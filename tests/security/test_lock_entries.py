@@ -42,3 +42,30 @@ def test_an_entry_through_a_folder_link_is_a_problem(tmp_path):
     os.symlink(tmp_path / "outside", repo / "via")
     _add_entry(repo, "via/f", lock_mod.sha256(b"x"))
     assert lock_mod.verify(repo) == ["'via/f': breaks the path rule: a folder on the way is a link that leaves the root"]
+
+
+def test_a_lock_of_another_shape_is_an_error_naming_it_not_a_traceback(tmp_path):
+    import pytest
+
+    from tritonpkg.errors import PackageError
+
+    repo = _packaged(tmp_path)
+    lock = repo / lock_mod.LOCK_NAME
+    for text, match in (('{"lock_version": 1, "models": []}', "`models` mapping"),
+                        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+                        ("\xff", "not JSON")):
+        lock.write_text(text, encoding="latin-1")
+        with pytest.raises(PackageError, match=match) as err:
+            lock_mod.read(repo)
+        assert err.value.file == str(lock)
+        with pytest.raises(PackageError, match=match):  # packaging into that repository says the same
+            package_spec(load_spec(EXAMPLES / "sentiment-custom" / "tritonpkg.yaml"), repo)
+
+
+def test_validate_reports_a_lock_whose_models_is_a_list(tmp_path):
+    from tritonpkg.validate import validate_repository
+
+    repo = _packaged(tmp_path)
+    (repo / lock_mod.LOCK_NAME).write_text('{"lock_version": 1, "models": []}')
+    report = validate_repository(repo)
+    assert any(p.rule == "lock.invalid" for p in report.problems)

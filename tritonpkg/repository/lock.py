@@ -12,6 +12,7 @@ from tritonpkg import __version__, safepath
 from tritonpkg.errors import PackageError
 
 LOCK_NAME = "tritonpkg.lock.json"
+MAX_LOCK_BYTES = 64 << 20
 LOCK_VERSION = 1
 
 
@@ -23,10 +24,19 @@ def read(repo: Path) -> dict[str, Any]:
     path = repo / LOCK_NAME
     if not path.is_file():
         return {"lock_version": LOCK_VERSION, "models": {}}
+    with open(path, "rb") as fh:  # read back from a repository someone else may have written: bounded
+        data = fh.read(MAX_LOCK_BYTES + 1)
+    if len(data) > MAX_LOCK_BYTES:
+        raise PackageError(f"lock file is larger than {MAX_LOCK_BYTES} bytes", file=path, expected="a tritonpkg lock")
     try:
-        lock = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise PackageError(f"lock file is not JSON: {exc}", file=path, expected="a tritonpkg lock") from exc
+        lock = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise PackageError(f"lock file is not JSON: {str(exc)[:200]}", file=path, expected="a tritonpkg lock") from None
+    except RecursionError:
+        raise PackageError("lock file is nested too deeply", file=path, expected="a tritonpkg lock") from None
+    if not isinstance(lock, dict) or not isinstance(lock.get("models"), dict):
+        raise PackageError("lock file is not a mapping with a `models` mapping", file=path, field="models",
+                           expected="a tritonpkg lock")
     if lock.get("lock_version") != LOCK_VERSION:
         raise PackageError("unsupported lock version", file=path, field="lock_version",
                            expected=str(LOCK_VERSION))

@@ -5,7 +5,6 @@ update_state/apply/is_argmax_invariant; V2: add_request/apply(logits, ctx); trit
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 
@@ -31,12 +30,11 @@ def _records(models: list[LoadedModel], ctx: Context):
     path = ctx.repo / LOCK_NAME
     if not path.is_file():
         return [], None
-    try:
-        lock = json.loads(path.read_text())
+    try:  # the lock as far as it is a mapping (a lock that does not read is lock.invalid's to report)
         names = {m.name for m in models}
-        sub = {"models": {k: v for k, v in lock.get("models", {}).items() if k in names}}
+        sub = {"models": {k: v for k, v in ctx.lock().get("models", {}).items() if k in names}}
         return recorded_plugins(sub), None
-    except (json.JSONDecodeError, PluginError, ValueError) as exc:
+    except (PluginError, ValueError, AttributeError, TypeError, KeyError) as exc:  # entries of another shape
         return [], Problem(rule="plugins.lock", severity="error", file=LOCK_NAME,
                            message=f"cannot read the plugin entries: {exc}",
                            expected="a lock written by this tritonpkg (package again)")
