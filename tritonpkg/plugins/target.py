@@ -57,16 +57,7 @@ class TargetEnvironment(BaseModel):
 
 
 def probe(python: str, groups: list[str], timeout: float = 120) -> TargetEnvironment:
-    try:
-        proc = subprocess.run([python, "-c", _PROBE, json.dumps(sorted(set(groups)))], capture_output=True,
-                              text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise PluginError(f"cannot run the runtime interpreter: {exc}", file=python,
-                          expected="the python that runs Triton's Python-backend stub") from exc
-    if proc.returncode != 0:
-        tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
-        raise PluginError(f"the runtime interpreter failed to list its packages:\n{tail}", file=python)
-    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    data = json.loads(_last_line(python, [_PROBE, json.dumps(sorted(set(groups)))], "packages", timeout))
     dists = {canonicalize_name(k): v for k, v in data.pop("dists").items()}
     stamps = {canonicalize_name(k): v for k, v in data.pop("stamps").items()}
     return TargetEnvironment(python=python, dists=dists, stamps=stamps, **data)
@@ -79,15 +70,21 @@ def footprint_of(python: str, timeout: float = 120) -> "Footprint":
     from tritonpkg.plugins.contents import Footprint
 
     source = Path(footprint.__file__).read_text()
+    return Footprint.model_validate_json(_last_line(python, [source], "files", timeout))
+
+
+def _last_line(python: str, code_and_args: list[str], listing: str, timeout: float) -> str:
+    """The last line `python -c CODE ARGS...` prints: what a probe run in the runtime interpreter answers."""
     try:
-        proc = subprocess.run([python, "-c", source], capture_output=True, text=True, timeout=timeout, check=False)
+        proc = subprocess.run([python, "-c", *code_and_args], capture_output=True, text=True, timeout=timeout,
+                              check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise PluginError(f"cannot run the runtime interpreter: {exc}", file=python,
                           expected="the python that runs Triton's Python-backend stub") from exc
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
-        raise PluginError(f"the runtime interpreter failed to list its files:\n{tail}", file=python)
-    return Footprint.model_validate_json(proc.stdout.strip().splitlines()[-1])
+        raise PluginError(f"the runtime interpreter failed to list its {listing}:\n{tail}", file=python)
+    return proc.stdout.strip().splitlines()[-1]
 
 
 def local_footprint() -> "Footprint":
