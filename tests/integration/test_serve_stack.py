@@ -378,7 +378,7 @@ def test_an_unsafe_archive_is_refused_by_the_cli(tmp_path: Path) -> None:
                                    "--grpc-port", "0", "--metrics-port", "0"),
                          capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
     assert out.returncode == 1
-    assert "evil.tar.gz" in out.stderr and "contains '..'" in out.stderr
+    assert "evil.tar.gz" in out.stderr and "breaks the path rule: a '..' segment" in out.stderr
     assert list(state.iterdir()) == [] and not (tmp_path.parent / "escaped.txt").exists()
 
 
