@@ -101,6 +101,27 @@ class Deployment(_Strict):
         return v
 
 
+PARSER_NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$"
+
+
+class OpenAIOptions(_Strict):
+    """`openai:` as a mapping: the API on, and how its answers are parsed. The parsers are vLLM's own
+    (`vllm serve --tool-call-parser` / `--reasoning-parser` names); `tritonpkg validate` checks that the
+    pinned vLLM has them."""
+
+    enabled: bool = True
+    tool_call_parser: str | None = Field(default=None, max_length=64, pattern=PARSER_NAME_RE,
+                                         description="vLLM tool-call parser (hermes, llama3_json, mistral, "
+                                                     "pythonic, ...): automatic tool choice")
+    reasoning_parser: str | None = Field(default=None, max_length=64, pattern=PARSER_NAME_RE,
+                                         description="vLLM reasoning parser (deepseek_r1, qwen3, ...): "
+                                                     "reasoning_content in answers")
+
+    def parsers(self) -> dict[str, str]:
+        return {k: v for k, v in (("tool_call_parser", self.tool_call_parser),
+                                  ("reasoning_parser", self.reasoning_parser)) if v}
+
+
 class Spec(_Strict):
     """One model, one version: what `tritonpkg package` turns into a Triton model repository entry."""
 
@@ -114,7 +135,8 @@ class Spec(_Strict):
     )
     target_release: str = Field(default_factory=compat.default_release, description="Triton release, e.g. 24.10")
     execution_mode: Literal["embedded", "separate"] = "embedded"
-    openai: bool = False
+    openai: bool | OpenAIOptions = Field(default=False, description="serve the OpenAI API: true, or a mapping "
+                                        "{tool_call_parser, reasoning_parser, enabled}")
     engine_args: dict[str, Any] = Field(default_factory=dict, description="vLLM engine arguments (vllm kind)")
     python: PythonModel | None = Field(default=None, description="template, parameters and I/O (python kind)")
     requirements: list[str] = Field(default_factory=list, description="extra pip requirements of the model")
@@ -159,6 +181,15 @@ class Spec(_Strict):
         if self.kind == "vllm" and not self.weights and "model" not in self.engine_args:
             raise ValueError("kind 'vllm' needs 'weights' (or engine_args.model)")
         return self
+
+    @property
+    def openai_enabled(self) -> bool:
+        return self.openai.enabled if isinstance(self.openai, OpenAIOptions) else bool(self.openai)
+
+    @property
+    def openai_parsers(self) -> dict[str, str]:
+        """The vLLM parser names the OpenAI frontend uses for this model ({} for none)."""
+        return self.openai.parsers() if isinstance(self.openai, OpenAIOptions) else {}
 
     @property
     def source(self) -> Path | None:

@@ -13,7 +13,7 @@ from tritonpkg.repository import package_spec
 from tritonpkg.spec import load_spec
 from tests.conftest import EXAMPLES
 
-PYTHON_EXAMPLES = ("sentiment-custom", "reverse-ensemble")
+PYTHON_EXAMPLES = ("sentiment-custom", "reverse-ensemble", "mock-tool-llm")
 
 BATCHED_TOKENIZER = {
     "name": "batched_tokenizer",

@@ -27,6 +27,7 @@ from tritonpkg.frontend.errors import APIError, field_path
 from tritonpkg.frontend.guard import RequestGuard
 from tritonpkg.frontend.mapping import (Plan, chat_messages, chat_plan, completion_plan, default_max_tokens,
                                         without_added_bos)
+from tritonpkg.frontend.parsing import ChatParse, ModelParsers
 from tritonpkg.frontend.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, RerankRequest
 from tritonpkg.frontend.responses import chat_body, completion_body, new_id, rerank_body
 from tritonpkg.frontend.settings import FrontendSettings
@@ -190,9 +191,15 @@ def create_app(settings: FrontendSettings) -> FastAPI:
 
     @app.post("/v1/chat/completions", responses={**SSE, **errors}, dependencies=v1)
     async def chat(body: ChatCompletionRequest, request: Request):
-        plan = chat_plan(body)
-        _check_sequences(plan, settings.max_sequences)
         entry = await catalog(request).get(body.model, ("generate",))
+        parsers = _parsers(entry)
+        plan = chat_plan(body, tool_parser=parsers is not None and parsers.tools)
+        _check_sequences(plan, settings.max_sequences)
+        parse = None
+        if parsers is not None:
+            tokenizer = entry.tokenizer
+            parse = ChatParse(parsers, body, plan.n, lambda text: tokenizer.encode(text, add_special_tokens=False))
+            parse.sampling_overrides(plan.params)
         size = sum(len(m.text() or "") for m in body.messages)
         prompt, n_prompt = await _tokenizing(request, size, _render_chat, entry, body, plan)
         if "max_tokens" not in plan.params:
@@ -200,9 +207,9 @@ def create_app(settings: FrontendSettings) -> FastAPI:
         rid, created = new_id("chatcmpl"), int(time.time())
         if plan.stream:
             first, rest = await _start(backend(request), entry, plan, prompt)
-            return _sse(chat_events(rid, created, body.model, plan, first, rest))
+            return _sse(chat_events(rid, created, body.model, plan, first, rest, parse))
         output = await _unless_client_leaves(request, _one(backend(request), entry, plan, prompt))
-        return _json(chat_body(rid, created, body.model, output, plan.logprobs, plan.tool))
+        return _json(chat_body(rid, created, body.model, output, plan.logprobs, plan.tool, parse))
 
     @app.post("/v1/embeddings", responses=errors, dependencies=v1)
     async def embeddings(body: EmbeddingRequest, request: Request):
@@ -220,6 +227,14 @@ def create_app(settings: FrontendSettings) -> FastAPI:
         return _json(rerank_body(body.model, body.documents, scores, tokens, body.top_n, body.return_documents))
 
     return app
+
+
+def _parsers(entry: ModelEntry) -> ModelParsers | None:
+    """The model's vLLM parsers; a model whose spec names parsers that did not load serves no chat (its
+    answers would come back unparsed): 500 naming the reason."""
+    if entry.parser_names and entry.parsers is None:
+        raise APIError(500, entry.parser_error or f"the OpenAI parsers of model '{entry.name}' are not loaded")
+    return entry.parsers
 
 
 def _check_sequences(plan: Plan, limit: int) -> None:

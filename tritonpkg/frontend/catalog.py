@@ -23,6 +23,9 @@ Kind = Literal["generate", "embed", "score"]
 REFRESH_MIN_INTERVAL_S = 1.0
 POOLING_RUNNERS = {"pooling"}
 POOLING_CONVERTS = {"embed", "embedding"}
+LOCK_NAME = "tritonpkg.lock.json"
+MAX_LOCK_BYTES = 16 << 20
+GENERATE_INPUTS = {"text_input", "sampling_parameters"}  # the vLLM backend's contract (NVIDIA's mock_llm speaks it)
 
 
 @dataclass
@@ -39,6 +42,9 @@ class ModelEntry:
     tokenizer_error: str | None = None
     bos_added: str | None = None  # the BOS text the engine's tokenizer puts before every prompt, if any
     token_bytes: int | None = None  # the most prompt bytes one token can cover (None: no bound is known)
+    parser_names: dict[str, str] = field(default_factory=dict)  # the spec's openai tool_call/reasoning parsers
+    parsers: Any = field(default=None, repr=False)  # parsing.ModelParsers, loaded when parser_names is set
+    parser_error: str | None = None
 
     @property
     def max_model_len(self) -> int | None:
@@ -54,6 +60,9 @@ class ModelEntry:
 
     def tokenizer_path(self) -> str | None:
         if not self.engine_args:
+            # a Python-backend model with the generate contract: the tokenizer files among its own
+            if self.backend == "python" and self.source is not None and (self.source / "tokenizer.json").is_file():
+                return str(self.source)
             return None
         path = self.engine_args.get("tokenizer") or self.engine_args.get("model")
         if path is None:
@@ -68,6 +77,8 @@ def classify(config: dict[str, Any], engine_args: dict[str, Any] | None) -> Kind
         return "embed"  # the `embedding` template: served through tritonpkg.gateway
     if is_template_scoring(config):
         return "score"  # the `scoring` template: /v1/rerank
+    if is_generate_contract(config):
+        return "generate"  # a Python-backend model with the vLLM backend's I/O
     if config.get("backend") != "vllm":
         return None
     if engine_args is None:
@@ -82,6 +93,31 @@ def is_template_scoring(config: dict[str, Any]) -> bool:
     inputs = {i.get("name") for i in config.get("input", [])}
     outputs = {o.get("name") for o in config.get("output", [])}
     return config.get("backend") == "python" and {"QUERY", "DOCUMENTS"} <= inputs and "SCORES" in outputs
+
+
+def is_generate_contract(config: dict[str, Any]) -> bool:
+    """A Python-backend model that takes text_input + sampling_parameters and gives text_output."""
+    inputs = {i.get("name") for i in config.get("input", [])}
+    outputs = {o.get("name") for o in config.get("output", [])}
+    return config.get("backend") == "python" and GENERATE_INPUTS <= inputs and "text_output" in outputs
+
+
+def read_parser_names(repository: Path | None, name: str, version: str) -> dict[str, str]:
+    """The spec's `openai: {tool_call_parser, reasoning_parser}` of one model version, as its lock records
+    it ({} when the repository, the lock or the entry is missing or unreadable)."""
+    if repository is None:
+        return {}
+    try:
+        with open(repository / LOCK_NAME, "rb") as fh:
+            raw = fh.read(MAX_LOCK_BYTES + 1)
+        lock = json.loads(raw) if len(raw) <= MAX_LOCK_BYTES else None
+        names = lock["models"][name]["versions"][version]["serving"].get("openai_parsers") or {}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return {}
+    if not isinstance(names, dict):
+        return {}
+    return {k: v for k, v in names.items()
+            if k in ("tool_call_parser", "reasoning_parser") and isinstance(v, str) and v}
 
 
 def read_engine_args(version_dir: Path) -> dict[str, Any] | None:
@@ -145,9 +181,12 @@ class Catalog:
         inputs = {i.get("name") for i in config.get("input", [])}
         entry = ModelEntry(name=name, version=version, kind=kind, backend=config.get("backend", ""),
                            created=int(time.time()), returns=frozenset(inputs & set(RETURN_FLAGS)),
-                           engine_args=engine_args, source=source)
+                           engine_args=engine_args, source=source,
+                           parser_names=read_parser_names(self.repository, name, version) if kind == "generate" else {})
         if kind == "generate":
             await asyncio.to_thread(load_tokenizer, entry)
+            if entry.parser_names:
+                await asyncio.to_thread(load_parsers, entry)
         return entry
 
     async def _probe(self, name: str) -> Kind:
@@ -186,3 +225,19 @@ def load_tokenizer(entry: ModelEntry) -> None:
             entry.bos_added = entry.tokenizer.bos_token
     except Exception as exc:  # noqa: BLE001 - any loader failure is reported per request
         entry.tokenizer_error = f"could not load the tokenizer of model '{entry.name}' from {path}: {exc}"
+
+
+def load_parsers(entry: ModelEntry) -> None:
+    """vLLM's tool-call / reasoning parsers the model's spec names (imports vLLM: only such models pay for
+    it); a failure is kept and reported by the chat requests, which need the parsers."""
+    path = entry.tokenizer_path()
+    if path is None or entry.tokenizer is None:
+        entry.parser_error = entry.tokenizer_error or f"model '{entry.name}' has no tokenizer for its parsers"
+        return
+    try:
+        from tritonpkg.frontend.parsing import load_parsers as load
+
+        entry.parsers = load(entry.parser_names, path, entry.name)
+    except Exception as exc:  # noqa: BLE001 - an unknown parser or a tokenizer it cannot use
+        entry.parser_error = (f"the OpenAI parsers {entry.parser_names} of model '{entry.name}' did not load: "
+                              f"{type(exc).__name__}: {exc}")

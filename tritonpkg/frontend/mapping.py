@@ -115,8 +115,10 @@ def completion_plan(req: CompletionRequest) -> Plan:
                 echo=req.echo, logprobs=req.logprobs)
 
 
-def chat_plan(req: ChatCompletionRequest) -> Plan:
-    """Everything but the prompt, which the model's chat template renders from the messages."""
+def chat_plan(req: ChatCompletionRequest, tool_parser: bool = False) -> Plan:
+    """Everything but the prompt, which the model's chat template renders from the messages. With
+    `tool_parser` (the model's spec names vLLM's tool-call parser) every tool_choice is vLLM's to
+    handle (parsing.ChatParse); without one, only a forced tool, answered as a structured output."""
     reject_unsupported(req)
     if req.max_tokens is not None and req.max_completion_tokens is not None and req.max_tokens != req.max_completion_tokens:
         raise invalid("'max_tokens' and 'max_completion_tokens' disagree; send one", "max_tokens")
@@ -126,6 +128,11 @@ def chat_plan(req: ChatCompletionRequest) -> Plan:
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
     if logprobs is not None:
         params["logprobs"] = logprobs
+    if tool_parser:
+        _check_tool_choice(req)
+        tools = [t.model_dump(exclude_none=True) for t in req.tools or []]
+        return Plan(prompts=[], params=params, stream=req.stream, n=req.n, include_usage=_usage(req),
+                    logprobs=logprobs, tools=tools)
     tool = forced_tool(req)
     if tool is not None:
         if any(name in params for name in CONSTRAINT_FIELDS):
@@ -137,6 +144,15 @@ def chat_plan(req: ChatCompletionRequest) -> Plan:
                 logprobs=logprobs, tool=tool.name if tool else None, tools=tools)
 
 
+def _check_tool_choice(req: ChatCompletionRequest) -> None:
+    choice, tools = req.tool_choice, req.tools or []
+    if choice is not None and choice != "auto" and not tools:
+        raise invalid("'tool_choice' needs 'tools'", "tool_choice")
+    if choice is not None and not isinstance(choice, str) and choice.function.name not in {
+            t.function.name for t in tools}:
+        raise invalid(f"tool_choice names {quote(choice.function.name)}, which is not in 'tools'", "tool_choice")
+
+
 def forced_tool(req: ChatCompletionRequest):
     """The function a request forces (named tool_choice, or "required" with one tool), else None.
     Automatic tool choice needs a tool-call parser for the model's output format, which the backend
@@ -144,7 +160,8 @@ def forced_tool(req: ChatCompletionRequest):
     choice, tools = req.tool_choice, req.tools or []
     if choice is None or choice == "auto":
         if tools:
-            raise invalid("automatic tool choice is not supported; force a tool with "
+            raise invalid("automatic tool choice needs a tool-call parser: name vLLM's in the model's spec "
+                          "(openai: {tool_call_parser: hermes}), or force a tool with "
                           "tool_choice={'type': 'function', 'function': {'name': ...}} or use 'required' with one tool",
                           "tool_choice" if choice else "tools")
         return None
@@ -154,7 +171,8 @@ def forced_tool(req: ChatCompletionRequest):
         return None
     if choice == "required":
         if len(tools) != 1:
-            raise invalid("tool_choice 'required' with several tools needs a tool-call parser; name one tool",
+            raise invalid("tool_choice 'required' with several tools needs a tool-call parser (the model's spec: "
+                          "openai: {tool_call_parser: ...}); name one tool",
                           "tool_choice")
         return tools[0].function
     for tool in tools:

@@ -92,14 +92,22 @@ def chat_message(text: str, tool: str | None) -> dict[str, Any]:
 
 
 def chat_body(rid: str, created: int, model: str, output: Output, logprobs: int | None,
-              tool: str | None) -> dict[str, Any]:
+              tool: str | None, parse: Any = None) -> dict[str, Any]:
+    """`parse` (parsing.ChatParse): the model's vLLM parsers split each answer into reasoning, content and
+    tool calls; finish_reason is 'tool_calls' when an answer called tools (not for a named tool)."""
     choices = []
     for i, text in enumerate(output.texts):
+        reason = finish_reason(output.finish_reasons[i])
+        if parse is not None:
+            message, called = parse.message(i, text)
+            reason = "tool_calls" if called and reason == "stop" else reason
+        else:
+            message = chat_message(text, tool)
         choices.append({
             "index": i,
-            "message": chat_message(text, tool),
+            "message": message,
             "logprobs": chat_logprobs(output.logprobs[i], logprobs or 0) if logprobs is not None and output.logprobs else None,
-            "finish_reason": finish_reason(output.finish_reasons[i]),
+            "finish_reason": reason,
         })
     completion = sum(output.completion_tokens) if output.completion_tokens is not None else None
     return {"id": rid, "object": "chat.completion", "created": created, "model": model, "choices": choices,

@@ -10,6 +10,7 @@ from typing import Any, AsyncIterator
 
 from tritonpkg.frontend.errors import APIError
 from tritonpkg.frontend.mapping import Plan
+from tritonpkg.frontend.parsing import ChatParse
 from tritonpkg.frontend.responses import (DONE, chat_logprobs, completion_logprobs, finish_reason, new_id, sse,
                                           usage)
 from tritonpkg.frontend.triton import Output
@@ -48,7 +49,9 @@ async def _events(base: dict[str, Any], plan: Plan, first: Output, rest: AsyncIt
             reason = finish_reason(output.finish_reasons[0] if output.finish_reasons else None)
             positions = output.logprobs[0] if output.logprobs and plan.logprobs is not None else None
             if text or positions or reason:
-                yield sse({**base, "choices": [choice(text, positions, reason)], **extra})
+                shaped = choice(text, positions, reason)
+                if shaped is not None:  # None: a parser holds the text back for now
+                    yield sse({**base, "choices": [shaped], **extra})
         if plan.include_usage:
             yield sse({**base, "choices": [], "usage": usage(counter.prompt, counter.completion)})
     except APIError as exc:
@@ -59,9 +62,12 @@ async def _events(base: dict[str, Any], plan: Plan, first: Output, rest: AsyncIt
 
 
 def chat_events(rid: str, created: int, model: str, plan: Plan, first: Output,
-                rest: AsyncIterator[Output]) -> AsyncIterator[bytes]:
+                rest: AsyncIterator[Output], parse: ChatParse | None = None) -> AsyncIterator[bytes]:
     base = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model}
     call_id = new_id("call")
+    if parse is not None:
+        return _events(base, plan, first, rest, {"index": 0, "delta": {"role": "assistant", "content": ""},
+                                                 "logprobs": None, "finish_reason": None}, _parsed_choice(plan, parse))
     if plan.tool is None:
         head_delta: dict[str, Any] = {"role": "assistant", "content": ""}
     else:
@@ -80,6 +86,20 @@ def chat_events(rid: str, created: int, model: str, plan: Plan, first: Output,
         return {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
 
     return _events(base, plan, first, rest, head, choice)
+
+
+def _parsed_choice(plan: Plan, parse: ChatParse):
+    """Deltas as vLLM's parsers split them: content, reasoning, tool-call name and argument fragments."""
+
+    def choice(text: str, positions, reason):
+        delta = parse.delta(0, text, finished=reason is not None)
+        reason = parse.finish_reason(0, reason)
+        logprobs = chat_logprobs(positions, plan.logprobs or 0) if positions is not None else None
+        if delta is None and reason is None and logprobs is None:
+            return None
+        return {"index": 0, "delta": delta or {}, "logprobs": logprobs, "finish_reason": reason}
+
+    return choice
 
 
 def completion_events(rid: str, created: int, model: str, plan: Plan, first: Output,

@@ -62,7 +62,8 @@ def package_spec(spec: Spec, repository: str | Path, archive: str | Path | None 
                 "pins": lock_pins(spec),
                 "requirements": requirements,
                 "plugins": plugins,
-                "serving": {"execution_mode": spec.execution_mode, "openai": spec.openai},
+                "serving": {"execution_mode": spec.execution_mode, "openai": spec.openai_enabled,
+                            **({"openai_parsers": spec.openai_parsers} if spec.openai_parsers else {})},
                 "files": dict(sorted(version_files.items())),
             })
         (stage / lock_mod.LOCK_NAME).write_bytes(lock_mod.dumps(lock))

@@ -1,0 +1,141 @@
+"""Tool calling and reasoning through the OpenAI frontend, parsed by vLLM's own hermes and deepseek_r1
+parsers, with the official `openai` SDK, against examples/mock-tool-llm: a deterministic Python-backend
+model with the vLLM backend's I/O in the session's tritonserver (no engine). It answers with
+`<think>...</think>` and one Hermes `<tool_call>` of get_weather when offered tools, with the final text
+once a tool has answered."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import EXAMPLES
+
+pytestmark = pytest.mark.integration
+
+MODEL = "mock_tool_llm"
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}},
+                   "required": ["city"]}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}}}}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+ARGS = {"city": "Paris", "unit": "celsius"}
+REASONING = "The user asks for the weather, so I call the tool."
+
+
+@pytest.fixture(scope="module")
+def frontend(python_server, python_repo):
+    from tritonpkg.frontend import FrontendServer, FrontendSettings
+
+    with FrontendServer(FrontendSettings(triton_grpc_url=python_server.grpc_url, port=0, model_repository=python_repo,
+                                         triton_admin_key=python_server.admin_key)) as fe:
+        yield fe
+
+
+@pytest.fixture(scope="module")
+def client(frontend):
+    import openai
+
+    return openai.OpenAI(base_url=f"{frontend.url}/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def _stream(client, **kwargs):
+    """A streamed chat reassembled as a client does: content, reasoning, tool calls by index."""
+    content, reasoning, calls, reasons, ids = "", "", {}, [], set()
+    for chunk in client.chat.completions.create(model=MODEL, stream=True, **kwargs):
+        for choice in chunk.choices:
+            delta = choice.delta
+            content += delta.content or ""
+            reasoning += (delta.model_extra or {}).get("reasoning_content") or ""
+            for call in delta.tool_calls or []:
+                slot = calls.setdefault(call.index, {"name": "", "arguments": ""})
+                if call.id:
+                    ids.add(call.id)
+                if call.function and call.function.name:
+                    slot["name"] += call.function.name
+                if call.function and call.function.arguments:
+                    slot["arguments"] += call.function.arguments
+            if choice.finish_reason:
+                reasons.append(choice.finish_reason)
+    return content, reasoning, calls, reasons, ids
+
+
+@pytest.mark.parametrize("choice", [None, "auto"])
+def test_automatic_tool_choice_calls_the_tool(client, choice):
+    extra = {} if choice is None else {"tool_choice": choice}
+    answer = client.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER, TIME], **extra)
+    (only,) = answer.choices
+    assert only.finish_reason == "tool_calls"
+    (call,) = only.message.tool_calls
+    assert call.type == "function" and call.id and call.function.name == "get_weather"
+    assert json.loads(call.function.arguments) == ARGS
+    assert not only.message.content
+    assert only.message.model_extra["reasoning_content"] == REASONING
+
+
+def test_required_with_two_tools(client):
+    answer = client.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER, TIME], tool_choice="required")
+    (call,) = answer.choices[0].message.tool_calls
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == ARGS
+    assert answer.choices[0].finish_reason == "tool_calls"
+
+
+def test_a_named_tool_finishes_with_stop(client):
+    answer = client.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER, TIME],
+                                            tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    (call,) = answer.choices[0].message.tool_calls
+    assert call.function.name == "get_weather" and answer.choices[0].finish_reason == "stop"
+
+
+def test_the_follow_up_turn_answers_with_the_tools_result(client):
+    first = client.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER, TIME])
+    call = first.choices[0].message.tool_calls[0]
+    messages = [*ASK, first.choices[0].message.model_dump(exclude_none=True, include={"role", "content", "tool_calls"}),
+                {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"sky": "sunny", "celsius": 21})}]
+    answer = client.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER, TIME])
+    (only,) = answer.choices
+    assert only.finish_reason == "stop" and not only.message.tool_calls
+    assert only.message.content.strip() == "It is sunny in Paris, 21 °C."
+    assert only.message.model_extra["reasoning_content"] == "The tool answered."
+
+
+def test_tool_choice_none_leaves_the_text_unparsed(client):
+    answer = client.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER], tool_choice="none")
+    assert not answer.choices[0].message.tool_calls and answer.choices[0].finish_reason == "stop"
+    assert "<tool_call>" in answer.choices[0].message.content
+
+
+def test_streamed_tool_call_deltas(client):
+    content, reasoning, calls, reasons, ids = _stream(client, messages=ASK, tools=[WEATHER, TIME])
+    assert reasons == ["tool_calls"] and len(ids) == 1
+    assert list(calls) == [0] and calls[0]["name"] == "get_weather" and json.loads(calls[0]["arguments"]) == ARGS
+    assert reasoning == REASONING and not content.strip()
+
+
+def test_streamed_reasoning_and_content_without_tools(client):
+    content, reasoning, calls, reasons, _ = _stream(client, messages=[{"role": "user", "content": "hi"}])
+    assert (content.strip(), reasoning, calls, reasons) == ("Hello! How can I help?", "A greeting.", {}, ["stop"])
+
+
+def test_reasoning_in_a_plain_answer(client):
+    answer = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+    message = answer.choices[0].message
+    assert message.content.strip() == "Hello! How can I help?"
+    assert message.model_extra["reasoning_content"] == message.model_extra["reasoning"] == "A greeting."
+
+
+def test_the_chat_template_receives_the_tools(client, frontend):
+    """The prompt the model saw offered the tools: the mock answers with a call only when it did."""
+    answer = client.chat.completions.create(model=MODEL, messages=ASK)
+    assert answer.choices[0].message.content.strip() == "Hello! How can I help?"
+
+
+def test_spec_parsers_are_recorded_in_the_lock(python_repo):
+    lock = json.loads((python_repo / "tritonpkg.lock.json").read_text())
+    serving = lock["models"][MODEL]["versions"]["1"]["serving"]
+    assert serving == {"execution_mode": "embedded", "openai": True,
+                       "openai_parsers": {"tool_call_parser": "hermes", "reasoning_parser": "deepseek_r1"}}
+    assert (EXAMPLES / "mock-tool-llm" / "tritonpkg.yaml").is_file()
