@@ -60,8 +60,12 @@ def test_kubernetes_dry_run_writes_validated_manifests(write_spec, tmp_path):
     data = json.loads(res.output)
     assert data["plan"]["strategy"] == "red-black"
     assert sorted(p.name for p in out.iterdir()) == ["configmap-m-blue-repository.yaml", "deployment-m-blue.yaml",
-                                                      "httproute-m.yaml", "service-m-blue.yaml"]
-    assert len(data["validated"]) == 4
+                                                      "httproute-m.yaml", "secret-m-triton-admin.yaml",
+                                                      "service-m-blue.yaml"]
+    assert len(data["validated"]) == 5
+    assert all(p.stat().st_mode & 0o077 == 0 for p in out.iterdir())  # the Secret's key: owner only
+    secret = yaml.safe_load((out / "secret-m-triton-admin.yaml").read_text())
+    assert len(secret["stringData"]["admin-key"]) >= 32
     route = yaml.safe_load((out / "httproute-m.yaml").read_text())
     assert route["spec"]["rules"][-1]["backendRefs"] == [{"name": "m-blue", "port": 8000, "weight": 100}]
 

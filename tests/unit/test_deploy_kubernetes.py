@@ -33,7 +33,7 @@ class FakeCluster:
         self.objects: dict[tuple[str, str], dict] = {}
         self.never_ready = set(never_ready)
         self.apps, self.core, self.custom = (types.SimpleNamespace() for _ in range(3))
-        for api, kinds in ((self.apps, ["deployment"]), (self.core, ["config_map", "service"])):
+        for api, kinds in ((self.apps, ["deployment"]), (self.core, ["config_map", "service", "secret"])):
             for kind in kinds:
                 setattr(api, f"create_namespaced_{kind}", self._create(kind))
                 setattr(api, f"replace_namespaced_{kind}", self._replace(kind))
@@ -143,6 +143,7 @@ def test_red_black_makes_these_api_calls_in_this_order(tmp_path):
     ex = executor(tmp_path, cluster)
     assert ex.deploy(release(tmp_path, 1)).ok
     assert cluster.calls == [
+        ("create_secret", "m-triton-admin"),
         ("create_config_map", "m-blue-repository"), ("create_deployment", "m-blue"), ("create_service", "m-blue"),
         ("read_deployment_status", "m-blue"),
         ("patch_route", "m"), ("create_route", "m-blue=100"),  # the first shift creates the route
@@ -152,6 +153,7 @@ def test_red_black_makes_these_api_calls_in_this_order(tmp_path):
     out = ex.deploy(release(tmp_path, 2))
     assert out.ok, out.error
     assert cluster.calls == [
+        ("create_secret", "m-triton-admin"),  # exists (409): kept, so the key stays the same
         ("create_config_map", "m-green-repository"), ("create_deployment", "m-green"), ("create_service", "m-green"),
         ("read_deployment_status", "m-green"),
         ("patch_route", "m-blue=50 m-green=50"), ("read_deployment_status", "m-green"),  # shift, gate
@@ -164,6 +166,24 @@ def test_red_black_makes_these_api_calls_in_this_order(tmp_path):
     assert route["metadata"]["annotations"] == {"tritonpkg.io/current": "m-green"}
 
 
+def test_units_restrict_tritons_admin_apis_to_the_secrets_key(tmp_path):
+    """Every unit's Triton refuses model control, logging, trace, shared memory and statistics without the
+    key of the deployment's Secret (Kubernetes expands $(VAR) in args from the container's env)."""
+    cluster = FakeCluster()
+    ex = executor(tmp_path, cluster)
+    assert ex.deploy(release(tmp_path, 1)).ok
+    key = cluster.objects[("secret", "m-triton-admin")]["stringData"]["admin-key"]
+    assert ex.deploy(release(tmp_path, 2)).ok
+    assert cluster.objects[("secret", "m-triton-admin")]["stringData"]["admin-key"] == key
+    triton = cluster.objects[("deployment", "m-green")]["spec"]["template"]["spec"]["containers"][0]
+    groups = "model-repository,logging,trace,shared-memory,statistics"
+    assert f"--http-restricted-api={groups}:admin-key=$(TRITON_ADMIN_KEY)" in triton["args"]
+    assert f"--grpc-restricted-protocol={groups}:admin-key=$(TRITON_ADMIN_KEY)" in triton["args"]
+    assert triton["env"] == [{"name": "TRITON_ADMIN_KEY",
+                              "valueFrom": {"secretKeyRef": {"name": "m-triton-admin", "key": "admin-key"}}}]
+    assert len(key) >= 32 and key not in str(cluster.objects[("deployment", "m-green")])
+
+
 def test_a_unit_that_never_gets_ready_is_rolled_back_with_these_calls(tmp_path):
     cluster = FakeCluster(never_ready={"m-green"})
     ex = executor(tmp_path, cluster)
@@ -172,6 +192,7 @@ def test_a_unit_that_never_gets_ready_is_rolled_back_with_these_calls(tmp_path):
     out = ex.deploy(release(tmp_path, 2))
     assert not out.ok and out.rolled_back and "0/1 pods ready" in out.error
     assert cluster.calls == [
+        ("create_secret", "m-triton-admin"),
         ("create_config_map", "m-green-repository"), ("create_deployment", "m-green"), ("create_service", "m-green"),
         ("read_deployment_status", "m-green"),  # health check fails
         ("patch_route", "m-blue=100 m-green=0"),  # rollback: all traffic back in one route change

@@ -3,6 +3,7 @@ The library is imported inside each command so `tritonpkg --help` stays fast."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +152,7 @@ def _dry_run(store, release, target: str, out: Path | None, namespace: str, gate
         manifests = k8s.unit_manifests(release.model, unit, repository=release.repository, namespace=namespace,
                                        release=release.target_release, weights=release.weights, gpus=release.gpus,
                                        toolkit_image=toolkit_image)
+        manifests.insert(0, k8s.admin_secret_manifest(release.model, namespace))  # apply once; never replace
         final = next((s.weights for s in reversed(plan.steps) if s.kind == "shift"), {unit.name: 100})
         versions = {str(release.version): unit.name} if plan.strategy == "versioned" else {}
         manifests.append(k8s.route_manifest(release.model, weights={k: v for k, v in final.items() if v},
@@ -161,7 +163,9 @@ def _dry_run(store, release, target: str, out: Path | None, namespace: str, gate
             out.mkdir(parents=True, exist_ok=True)
             for m in manifests:
                 path = out / f"{m['kind'].lower()}-{m['metadata']['name']}.yaml"
-                path.write_text(yaml.safe_dump(m, sort_keys=False))
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+                with os.fdopen(fd, "w") as fh:  # a Secret's key among them: readable by its owner only
+                    fh.write(yaml.safe_dump(m, sort_keys=False))
                 written.append(str(path))
     if as_json:
         print_json({"plan": plan.model_dump(), "validated": checks, "written": written})

@@ -38,9 +38,14 @@ def check_key(key: str, field: str = "admin_key") -> str:
 
 def server_args(key: str) -> list[str]:
     """tritonserver options that restrict the admin API groups on HTTP and gRPC to holders of `key`."""
+    return restricted_args(check_key(key))
+
+
+def restricted_args(value: str) -> list[str]:
+    """The same options with `value` as it will stand on the command line: a checked key, or a reference
+    the container runtime expands (Kubernetes' `$(VAR)` from a Secret)."""
     groups = ",".join(RESTRICTED)
-    check_key(key)
-    return [f"--http-restricted-api={groups}:{HEADER}={key}", f"--grpc-restricted-protocol={groups}:{HEADER}={key}"]
+    return [f"--http-restricted-api={groups}:{HEADER}={value}", f"--grpc-restricted-protocol={groups}:{HEADER}={value}"]
 
 
 def http_headers(key: str | None) -> dict[str, str]:

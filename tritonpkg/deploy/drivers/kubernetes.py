@@ -1,7 +1,8 @@
 """The kubernetes target: per unit a ConfigMap (the packaged model repository), a Deployment (Triton
 with readiness/liveness probes on /v2/health, GPU requests, an init container running
 `tritonpkg materialize` for the weights) and a Service; per model one Gateway API HTTPRoute whose
-backend weights shift traffic and whose version rules route versioned units.
+backend weights shift traffic and whose version rules route versioned units, and one Secret holding the
+Triton admin key every unit's restricted admin APIs ask for.
 
 Manifests are pure functions (`unit_manifests`, `route_manifest`), validated by `validate()`: core
 kinds with kubernetes-validate, the HTTPRoute against the CRD schema checked in beside this file
@@ -52,9 +53,30 @@ def _repository_configmap(name: str, namespace: str, repo: Path, labels: dict[st
     return cm, items
 
 
+ADMIN_ENV = "TRITON_ADMIN_KEY"
+
+
+def admin_secret_name(model: str) -> str:
+    return f"{_name(model)}-triton-admin"
+
+
+def admin_secret_manifest(model: str, namespace: str = "default", key: str | None = None) -> dict[str, Any]:
+    """The Secret holding the deployment's Triton admin key (one per model, shared by its units, so the key
+    that works through the route works on every unit). Created once and then kept: never replaced."""
+    from tritonpkg.runtime import admin
+
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": admin_secret_name(model), "namespace": namespace,
+                         "labels": {"app.kubernetes.io/name": _name(model),
+                                    "app.kubernetes.io/managed-by": "tritonpkg"}},
+            "stringData": {admin.KEY_FILE: admin.check_key(key or admin.new_key())}}
+
+
 def unit_manifests(model: str, unit: Unit, *, repository: Path, namespace: str = "default",
                    release: str = "24.10", weights: str | None = None, gpus: int = 0,
                    toolkit_image: str = "tritonpkg:latest", replicas: int | None = None) -> list[dict[str, Any]]:
+    from tritonpkg.runtime import admin
+
     name = _name(unit.name)
     labels = {"app.kubernetes.io/name": _name(model), "app.kubernetes.io/managed-by": "tritonpkg",
               "tritonpkg.io/unit": name, "tritonpkg.io/version": str(unit.version)}
@@ -73,7 +95,10 @@ def unit_manifests(model: str, unit: Unit, *, repository: Path, namespace: str =
         "containers": [{
             "name": "triton", "image": triton_image(release),
             "args": ["tritonserver", "--model-repository=/models", f"--http-port={HTTP}", f"--grpc-port={GRPC}",
-                     f"--metrics-port={METRICS}", "--metrics-config=summary_latencies=true"],
+                     f"--metrics-port={METRICS}", "--metrics-config=summary_latencies=true",
+                     *admin.restricted_args(f"$({ADMIN_ENV})")],  # admin APIs only with the Secret's key
+            "env": [{"name": ADMIN_ENV, "valueFrom": {"secretKeyRef": {"name": admin_secret_name(model),
+                                                                       "key": admin.KEY_FILE}}}],
             "ports": [{"name": "http", "containerPort": HTTP}, {"name": "grpc", "containerPort": GRPC},
                       {"name": "metrics", "containerPort": METRICS}],
             "readinessProbe": probe("/v2/health/ready", 5),
@@ -208,11 +233,21 @@ class KubernetesDriver:
             model, unit, repository=release.repository, namespace=self.namespace, release=release.target_release,
             weights=release.weights, gpus=release.gpus, toolkit_image=self.toolkit_image,
             replicas=unit.replicas)
-        validate([cm, deployment, service])
+        secret = admin_secret_manifest(model, self.namespace)
+        validate([secret, cm, deployment, service])
+        self._create_once(self.core.create_namespaced_secret, secret)
         self._apply(self.core.create_namespaced_config_map, self.core.replace_namespaced_config_map, cm)
         self._apply(self.apps.create_namespaced_deployment, self.apps.replace_namespaced_deployment, deployment)
         self._apply(self.core.create_namespaced_service, self.core.replace_namespaced_service, service)
         return {"name": deployment["metadata"]["name"], "namespace": self.namespace}
+
+    def _create_once(self, create: Any, body: dict[str, Any]) -> None:
+        """Create `body` unless it exists (409): the existing one is kept as it is."""
+        try:
+            create(namespace=self.namespace, body=body)
+        except Exception as exc:
+            if getattr(exc, "status", None) != 409:
+                raise
 
     def _apply(self, create: Any, replace: Any, body: dict[str, Any]) -> None:
         try:
