@@ -10,10 +10,11 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag, ValidationError, field_validator,
+                      model_validator)
 
 from tritonpkg import compat
 from tritonpkg.errors import SpecError
@@ -135,8 +136,9 @@ class Spec(_Strict):
     )
     target_release: str = Field(default_factory=compat.default_release, description="Triton release, e.g. 24.10")
     execution_mode: Literal["embedded", "separate"] = "embedded"
-    openai: bool | OpenAIOptions = Field(default=False, description="serve the OpenAI API: true, or a mapping "
-                                        "{tool_call_parser, reasoning_parser, enabled}")
+    openai: Annotated[Union[Annotated[bool, Tag("bool")], Annotated[OpenAIOptions, Tag("mapping")]],
+                      Discriminator(lambda v: "mapping" if isinstance(v, (dict, OpenAIOptions)) else "bool")] = Field(
+        default=False, description="serve the OpenAI API: true, or a mapping {tool_call_parser, reasoning_parser, enabled}")
     engine_args: dict[str, Any] = Field(default_factory=dict, description="vLLM engine arguments (vllm kind)")
     python: PythonModel | None = Field(default=None, description="template, parameters and I/O (python kind)")
     requirements: list[str] = Field(default_factory=list, description="extra pip requirements of the model")
@@ -387,6 +389,8 @@ def parse_yaml(text: str, path: Path) -> tuple[yaml.Node | None, Any]:
 def _describe(exc: ValidationError, node: yaml.Node | None, path: Path) -> str:
     lines = [f"{len(exc.errors())} problem(s):"]
     for err in exc.errors():
+        if err["loc"][:1] == ("openai",):  # the union's branch tag is no field
+            err["loc"] = ("openai", *err["loc"][2:])
         field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".") or "(top level)"
         line = _line_of(node, err["loc"])
         where = f"{path}:{line}" if line else str(path)

@@ -8,7 +8,7 @@ from tritonpkg.validate.context import Context
 from tritonpkg.validate.loaded import LoadedModel
 from tritonpkg.validate.report import Problem
 from tritonpkg.validate.rules import (backend, batching, checkpoints, engine_args, ensemble, instances, layout,
-                                     plugins, runtime, schedulers, templates, tensors, versions)
+                                     openai_parsers, plugins, runtime, schedulers, templates, tensors, versions)
 
 
 def config_syntax(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
@@ -21,7 +21,7 @@ def config_syntax(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
 
 MODEL_RULES = [config_syntax, *layout.RULES, *versions.RULES, *backend.RULES, *checkpoints.RULES, *tensors.RULES,
                *batching.RULES, *schedulers.RULES, *instances.RULES, *ensemble.RULES, *engine_args.RULES, *runtime.RULES,
-               *templates.RULES]
+               *templates.RULES, *openai_parsers.RULES]
 REPO_RULES = [*runtime.REPO_RULES, *plugins.REPO_RULES]
 
 
