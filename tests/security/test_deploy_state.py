@@ -75,7 +75,7 @@ def test_a_symlinked_state_folder_or_db_is_refused_and_its_target_kept(tmp_path)
     real = tmp_path / "elsewhere"
     real.mkdir(mode=0o700)
     (tmp_path / "link").symlink_to(real)
-    with pytest.raises(StateDirError, match="is a symlink where the deploy state expects a folder"):
+    with pytest.raises(StateDirError, match="is a symlink where the state expects a folder"):
         StateStore(tmp_path / "link" / "state.db")
     assert _tree(real) == set()
 

@@ -11,11 +11,11 @@ not against other users of the same host who can read /proc/<pid>/cmdline."""
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 from pathlib import Path
 
+from tritonpkg import private
 from tritonpkg.errors import RuntimeSetupError
 
 HEADER = "admin-key"  # HTTP header name; gRPC metadata is GRPC_PREFIX + HEADER
@@ -58,31 +58,20 @@ def grpc_headers(key: str | None) -> dict[str, str]:
 
 
 def write_key(folder: Path, key: str) -> Path:
-    """`folder/admin-key`, mode 0600 from its creation (never readable by others, even for an instant)."""
+    """`folder/admin-key`, mode 0600 from its creation, in a folder that is this user's alone (0700)."""
     check_key(key)
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path = folder / KEY_FILE
-    tmp = folder / f".{KEY_FILE}.{secrets.token_hex(4)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    try:
-        os.write(fd, key.encode())
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    return path
+    private.secure_dir(folder)
+    return private.write_private(folder / KEY_FILE, key)
 
 
 def read_key(folder: Path) -> str | None:
+    """The key stored in `folder`; None when there is none. A key file that is a link, another user's, or
+    writable by others is refused (StateDirError): it would decide who may control the server."""
     path = folder / KEY_FILE
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except FileNotFoundError:
+    private.secure_dir(folder)
+    if not private.check_file(path):
         return None
-    except OSError as exc:
-        raise RuntimeSetupError(f"cannot read the admin key: {exc.strerror or exc}", file=path,
-                                expected="a regular file written by tritonpkg") from exc
-    with os.fdopen(fd, "rb") as fh:
-        text = fh.read(512).decode(errors="replace").strip()
+    text = private.read_private(path, limit=512).decode(errors="replace").strip()
     return check_key(text, field=str(path))
 
 

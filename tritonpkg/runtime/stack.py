@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal
 
+from tritonpkg import private
 from tritonpkg.errors import RuntimeSetupError
 from tritonpkg.repository import lock as lock_mod
 from tritonpkg.runtime.startup import PackageFacts, StartupOptions, StartupPlan, Step, packaged_serving, plan_prepare, \
@@ -144,8 +145,8 @@ class ServingStack:
                 self._state_dir = Path(tempfile.mkdtemp(prefix="tritonpkg-serve-"))
                 self._own_state = True
             else:
-                self._state_dir = self.options.state_dir.absolute()
-                self._state_dir.mkdir(parents=True, exist_ok=True)
+                # it holds the admin key and what serve unpacks and runs: this user's alone (0700)
+                self._state_dir = private.secure_dir(self.options.state_dir)
         return self._state_dir
 
     def _scratch_dir(self, stem: str) -> Path:
