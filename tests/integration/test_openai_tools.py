@@ -139,3 +139,30 @@ def test_spec_parsers_are_recorded_in_the_lock(python_repo):
     assert serving == {"execution_mode": "embedded", "openai": True,
                        "openai_parsers": {"tool_call_parser": "hermes", "reasoning_parser": "deepseek_r1"}}
     assert (EXAMPLES / "mock-tool-llm" / "tritonpkg.yaml").is_file()
+
+
+def test_a_langchain_bind_tools_agent_loop_of_two_turns(frontend):
+    """LangChain's ChatOpenAI with bind_tools (automatic tool choice): the call, the tool's answer, the reply."""
+    from langchain_core.messages import HumanMessage, ToolMessage
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+
+    @tool
+    def get_weather(city: str, unit: str = "celsius") -> str:
+        """The weather in a city."""
+        return json.dumps({"city": city, "sky": "sunny", "celsius": 21})
+
+    llm = ChatOpenAI(model=MODEL, base_url=f"{frontend.url}/v1", api_key="unused", max_retries=0, timeout=60)
+    agent = llm.bind_tools([get_weather])
+    messages = [HumanMessage("What is the weather in Paris?")]
+    first = agent.invoke(messages)
+    (call,) = first.tool_calls
+    assert call["name"] == "get_weather" and call["args"] == ARGS
+    messages += [first, ToolMessage(get_weather.invoke(call["args"]), tool_call_id=call["id"])]
+    final = agent.invoke(messages)
+    assert not final.tool_calls and final.content.strip() == "It is sunny in Paris, 21 °C."
+    streamed = list(agent.stream(messages[:1]))  # the streamed first turn: the same call, assembled by LangChain
+    merged = streamed[0]
+    for chunk in streamed[1:]:
+        merged += chunk
+    assert [(c["name"], c["args"]) for c in merged.tool_calls] == [("get_weather", ARGS)]
