@@ -166,3 +166,31 @@ def test_a_langchain_bind_tools_agent_loop_of_two_turns(frontend):
     for chunk in streamed[1:]:
         merged += chunk
     assert [(c["name"], c["args"]) for c in merged.tool_calls] == [("get_weather", ARGS)]
+
+
+def test_retrieve_a_model_and_the_list_carries_vllms_card_fields(frontend, client):
+    card = client.models.retrieve(MODEL)
+    assert (card.id, card.object, card.model_extra["root"], card.model_extra["parent"]) == (MODEL, "model", MODEL, None)
+    assert "max_model_len" in card.model_extra  # null: a Python-backend model declares no context
+    listed = {m.id: m.model_extra for m in client.models.list().data}
+    assert listed[MODEL] == card.model_extra
+    import openai
+
+    with pytest.raises(openai.NotFoundError) as info:
+        client.models.retrieve("no_such_model")
+    assert info.value.body["code"] == "model_not_found" and info.value.body["param"] == "model"
+
+
+def test_fields_that_do_not_change_the_output_are_accepted(client):
+    answer = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], store=False,
+                                            metadata={"team": "a"}, user="u-1", max_tokens=50,
+                                            max_completion_tokens=40)
+    assert answer.choices[0].message.content.strip() == "Hello! How can I help?"
+
+
+def test_reasoning_effort_is_refused_when_the_chat_template_ignores_it(client):
+    import openai
+
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], reasoning_effort="low")
+    assert info.value.body["param"] == "reasoning_effort"

@@ -78,6 +78,7 @@ def test_forced_tool_becomes_a_json_schema_constraint():
 def test_chat_token_limits_and_logprobs():
     assert chat_plan(chat(max_completion_tokens=9)).params["max_tokens"] == 9
     assert chat_plan(chat(max_tokens=9, max_completion_tokens=9)).params["max_tokens"] == 9
+    assert chat_plan(chat(max_tokens=3, max_completion_tokens=4)).params["max_tokens"] == 4  # OpenAI: the latter wins
     plan = chat_plan(chat(logprobs=True, top_logprobs=3))
     assert plan.params["logprobs"] == 3 and plan.logprobs == 3
     assert chat_plan(chat(logprobs=True)).params["logprobs"] == 0
@@ -97,7 +98,6 @@ def test_chat_token_limits_and_logprobs():
     (completion, {"response_format": {"type": "text", "json_schema": {"name": "s", "schema": SCHEMA}}},
      "response_format.json_schema"),
     (chat, {"top_logprobs": 2}, "top_logprobs"),
-    (chat, {"max_tokens": 3, "max_completion_tokens": 4}, "max_tokens"),
     (chat, {"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
     (chat, {"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "auto"}, "tool_choice"),
     (chat, {"tool_choice": "required"}, "tool_choice"),

@@ -148,9 +148,12 @@ def create_app(settings: FrontendSettings) -> FastAPI:
     async def list_models(request: Request) -> dict[str, Any]:
         cat = catalog(request)
         await cat.refresh()
-        return {"object": "list", "data": [
-            {"id": m.name, "object": "model", "created": m.created, "owned_by": "tritonpkg",
-             "kind": m.kind, "version": m.version} for m in cat.models.values()]}
+        return {"object": "list", "data": [_model_card(m) for m in cat.models.values()]}
+
+    @app.get("/v1/models/{model_id:path}", responses=errors, dependencies=v1)
+    async def get_model(model_id: str, request: Request) -> dict[str, Any]:
+        """One model's card (OpenAI's retrieve-model route); 404 naming the served ones otherwise."""
+        return _model_card(await catalog(request).get(model_id))
 
     @app.get("/health/ready", responses=ERRORS)
     async def ready(request: Request) -> JSONResponse:
@@ -229,6 +232,13 @@ def create_app(settings: FrontendSettings) -> FastAPI:
     return app
 
 
+def _model_card(m: ModelEntry) -> dict[str, Any]:
+    """vLLM's model card: `root` the served name (vLLM puts its weights path there; this server does not show
+    paths), `parent` null (no adapters), `max_model_len` the context (null when unknown)."""
+    return {"id": m.name, "object": "model", "created": m.created, "owned_by": "tritonpkg", "root": m.name,
+            "parent": None, "max_model_len": m.max_model_len, "kind": m.kind, "version": m.version}
+
+
 def _parsers(entry: ModelEntry) -> ModelParsers | None:
     """The model's vLLM parsers; a model whose spec names parsers that did not load serves no chat (its
     answers would come back unparsed): 500 naming the reason."""
@@ -297,9 +307,15 @@ def _render_chat(entry: ModelEntry, body: ChatCompletionRequest, plan: Plan) -> 
     if not getattr(tokenizer, "chat_template", None):
         raise APIError(400, f"model '{entry.name}'s tokenizer has no chat template; use /v1/completions",
                        param="messages")
+    extra: dict[str, Any] = {}
+    if body.reasoning_effort is not None:  # vLLM passes it to the template; a template that ignores it cannot honour it
+        if "reasoning_effort" not in str(tokenizer.chat_template):
+            raise APIError(400, f"model '{entry.name}'s chat template does not read reasoning_effort",
+                           param="reasoning_effort")
+        extra["reasoning_effort"] = body.reasoning_effort
     try:
         prompt = tokenizer.apply_chat_template(chat_messages(body), tools=plan.tools or None, tokenize=False,
-                                               add_generation_prompt=True)
+                                               add_generation_prompt=True, **extra)
     except Exception as exc:  # noqa: BLE001 - a template's own error (e.g. a role it refuses) is the request's
         raise APIError(400, f"the chat template of model '{entry.name}' refused the messages: {exc}",
                        param="messages") from None

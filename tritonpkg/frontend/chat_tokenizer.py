@@ -51,13 +51,14 @@ class ChatTokenizer:
         return len(batch([text], add_special_tokens=add_special_tokens)[0])
 
     def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None,
-                            add_generation_prompt: bool = False, tokenize: bool = False) -> str:
-        """The prompt text (`tokenize` must stay False: callers count tokens with `encode`)."""
+                            add_generation_prompt: bool = False, tokenize: bool = False, **kwargs: Any) -> str:
+        """The prompt text (`tokenize` must stay False: callers count tokens with `encode`); `kwargs` are
+        template variables, as transformers passes them (vLLM's reasoning_effort)."""
         if tokenize:
             raise ValueError("ChatTokenizer renders text only; encode() the result")
         template = _template(self.chat_template, tools)
-        return _compiled(template).render(messages=messages, tools=tools, documents=None,
-                                          add_generation_prompt=add_generation_prompt, **self.special_tokens)
+        return _compiled(template).render(**{**self.special_tokens, **kwargs}, messages=messages, tools=tools,
+                                          documents=None, add_generation_prompt=add_generation_prompt)
 
 
 def load_chat_tokenizer(path: str | Path) -> Any:

@@ -120,8 +120,7 @@ def chat_plan(req: ChatCompletionRequest, tool_parser: bool = False) -> Plan:
     `tool_parser` (the model's spec names vLLM's tool-call parser) every tool_choice is vLLM's to
     handle (parsing.ChatParse); without one, only a forced tool, answered as a structured output."""
     reject_unsupported(req)
-    if req.max_tokens is not None and req.max_completion_tokens is not None and req.max_tokens != req.max_completion_tokens:
-        raise invalid("'max_tokens' and 'max_completion_tokens' disagree; send one", "max_tokens")
+    # both given: max_completion_tokens wins, as in OpenAI's API (max_tokens is its deprecated spelling)
     if req.top_logprobs is not None and not req.logprobs:
         raise invalid("'top_logprobs' needs 'logprobs': true", "top_logprobs")
     params = sampling_parameters(req, req.max_completion_tokens or req.max_tokens)

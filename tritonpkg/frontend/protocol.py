@@ -201,10 +201,21 @@ class ChatCompletionRequest(SamplingFields):
     modalities: list[str] | None = None
     prediction: Any = None
     store: bool | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: dict[str, str] | None = Field(default=None, max_length=16,
+                                            description="OpenAI's tags for stored completions; accepted, not stored")
     service_tier: str | None = None
-    reasoning_effort: str | None = None
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = Field(
+        default=None, description="passed to the chat template as vLLM does; refused when the template ignores it")
     web_search_options: Any = None
+
+
+    @model_validator(mode="after")
+    def _metadata(self) -> "ChatCompletionRequest":
+        for key, value in (self.metadata or {}).items():
+            if len(key) > 64 or len(value) > 512:
+                raise APIError(400, "metadata keys are at most 64 characters and values at most 512",
+                               param="metadata")
+        return self
 
 
 class EmbeddingRequest(Body):
@@ -242,9 +253,7 @@ UNSUPPORTED: dict[type[BaseModel], dict[str, str]] = {
         "modalities": "only text output is supported",
         "prediction": "predicted outputs are not supported",
         "store": "stored completions are not supported",
-        "metadata": "stored completions (metadata) are not supported",
         "service_tier": "service tiers are not supported",
-        "reasoning_effort": "reasoning_effort is not supported by the served models",
         "web_search_options": "web search is not supported",
     },
 }
