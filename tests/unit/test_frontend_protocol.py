@@ -195,7 +195,49 @@ def test_logprobs_take_the_sampled_token_first_and_the_top_k_by_rank():
     assert chat_logprobs(positions, 0)["content"][0]["top_logprobs"] == []
     legacy = completion_logprobs(positions, 1, offset=5)
     assert legacy["tokens"] == [" b", " a"] and legacy["text_offset"] == [5, 7]
-    assert legacy["top_logprobs"] == [{" a": -0.5}, {" a": -9999.0}]
+    # the sampled token and the top k: k+1 entries when it is not among them (OpenAI, vLLM)
+    assert legacy["top_logprobs"] == [{" b": -3.0, " a": -0.5}, {" a": -9999.0}]
+    assert completion_logprobs(positions, 0)["top_logprobs"] == [{" b": -3.0}, {" a": -9999.0}]  # was [{}, {}]
+
+
+def _partial_utf8_outputs():
+    """'中' is three byte-level tokens; vLLM's logprobs decode each alone ('\ufffd', one character), its
+    streamed text holds them back until the character is whole."""
+    def pos(tid, token):
+        return json.dumps([{str(tid): {"logprob": -0.1, "rank": 1, "decoded_token": token}}])
+
+    steps = [("a", "a", 5), ("", "\ufffd", 163), ("", "\ufffd", 119), ("中", "\ufffd", 258), ("b", "b", 6)]
+    streamed = [Output(texts=[text], finish_reasons=["length" if i == len(steps) - 1 else None], prompt_tokens=1,
+                       completion_tokens=[1], logprobs=[_positions(pos(tid, token))])
+                for i, (text, token, tid) in enumerate(steps)]
+    whole = Output(texts=["a中b"], finish_reasons=["length"], prompt_tokens=1, completion_tokens=[5],
+                   logprobs=[[p for o in streamed for p in o.logprobs[0]]])
+    return streamed, whole
+
+
+def test_streamed_text_offsets_are_the_non_streamed_ones():
+    import asyncio
+
+    from tritonpkg.frontend.streaming import completion_events
+
+    streamed, whole = _partial_utf8_outputs()
+    expected = completion_body("c", 1, "m", ["p"], [whole], echo=False, logprobs=0)["choices"][0]["logprobs"]
+
+    async def collect(echo):
+        async def rest():
+            for o in streamed[1:]:
+                yield o
+
+        plan = completion_plan(completion(stream=True, logprobs=0, echo=echo))
+        offsets = []
+        async for event in completion_events("c", 1, "m", plan, streamed[0], rest()):
+            data = event.decode().removeprefix("data: ").strip()
+            if data != "[DONE]" and json.loads(data)["choices"][0]["logprobs"]:
+                offsets += json.loads(data)["choices"][0]["logprobs"]["text_offset"]
+        return offsets
+
+    assert expected["text_offset"] == [0, 1, 2, 3, 4]
+    assert asyncio.run(collect(False)) == expected["text_offset"]  # was [0, 1, 1, 1, 2]
 
 
 def test_completion_body_numbers_choices_across_prompts_and_sums_usage():

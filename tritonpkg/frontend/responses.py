@@ -68,6 +68,9 @@ def chat_logprobs(positions: list[dict[str, Any]] | None, k: int) -> dict[str, A
 
 
 def completion_logprobs(positions: list[dict[str, Any]] | None, k: int, offset: int = 0) -> dict[str, Any] | None:
+    """OpenAI's completions logprobs. `top_logprobs` holds the sampled token and the k most likely (k+1 entries
+    when the sampled one is not among them, as OpenAI and vLLM give); `text_offset` advances by each token's
+    text, streamed or not (see tokens_length)."""
     if positions is None:
         return None
     tokens, token_logprobs, top, offsets = [], [], [], []
@@ -77,8 +80,18 @@ def completion_logprobs(positions: list[dict[str, Any]] | None, k: int, offset: 
         offset += len(sampled["token"])
         tokens.append(sampled["token"])
         token_logprobs.append(_lp(sampled["logprob"]))
-        top.append({e["token"]: _lp(e["logprob"]) for e in pos["top"] if e["rank"] is not None and e["rank"] <= k})
+        entries = {sampled["token"]: _lp(sampled["logprob"])}
+        for e in pos["top"]:
+            if e["rank"] is not None and e["rank"] <= k:
+                entries.setdefault(e["token"], _lp(e["logprob"]))
+        top.append(entries)
     return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top, "text_offset": offsets}
+
+
+def tokens_length(positions: list[dict[str, Any]]) -> int:
+    """How far text_offset moves over these positions: the tokens' own text, not the delta's (a token that is
+    part of a UTF-8 sequence streams as "" until the sequence completes, but is a character of its own here)."""
+    return sum(len(pos["sampled"]["token"]) for pos in positions)
 
 
 def tool_call(name: str, arguments: str, call_id: str) -> dict[str, Any]:

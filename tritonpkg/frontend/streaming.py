@@ -12,7 +12,7 @@ from tritonpkg.frontend.errors import APIError
 from tritonpkg.frontend.mapping import Plan
 from tritonpkg.frontend.parsing import ChatParse
 from tritonpkg.frontend.responses import (DONE, chat_logprobs, completion_logprobs, finish_reason, new_id, sse,
-                                          usage)
+                                          tokens_length, usage)
 from tritonpkg.frontend.triton import Output
 
 
@@ -106,13 +106,17 @@ def completion_events(rid: str, created: int, model: str, plan: Plan, first: Out
                       rest: AsyncIterator[Output]) -> AsyncIterator[bytes]:
     base = {"id": rid, "object": "text_completion", "created": created, "model": model}
     prefix = [plan.prompts[0]] if plan.echo else []
-    offset = [0]
+    offset = [0]  # text_offset of the next token, counted as the non-streamed body counts it
 
     def choice(text: str, positions, reason):
         if prefix:
-            text = prefix.pop() + text
-        logprobs = completion_logprobs(positions, plan.logprobs or 0, offset[0]) if positions is not None else None
-        offset[0] += len(text)
+            head = prefix.pop()
+            offset[0] += len(head)
+            text = head + text
+        logprobs = None
+        if positions is not None:
+            logprobs = completion_logprobs(positions, plan.logprobs or 0, offset[0])
+            offset[0] += tokens_length(positions)
         return {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": reason}
 
     return _events(base, plan, first, rest, None, choice)
