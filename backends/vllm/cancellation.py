@@ -40,6 +40,11 @@ class Ticket:
             self._cancelled = bool(self.sender.is_cancelled())
             return self._cancelled
 
+    def abandon(self) -> None:
+        """The backend has answered the request itself (its engine died): treat it as gone."""
+        with self._lock:
+            self._cancelled = True
+
     def send_final(self, send: Callable[[], None]) -> None:
         with self._lock:
             self._final_sent = True

@@ -18,6 +18,8 @@ Semantics that differ from, or pin down, NVIDIA's backend:
   max_tokens. An unknown key fails the request with an error naming it instead of being dropped.
   In request parameters, `stream` and `exclude_input_in_output` also act as the inputs of the same
   name when those inputs are not sent.
+- ENABLE_VLLM_HEALTH_CHECK (config.pbtxt) defaults to true here (NVIDIA: false); REPORT_CUSTOM_METRICS
+  "false" turns vLLM's series off, absent leaves them to disable_log_stats (README: Health, Metrics).
 
 This file imports nothing from tritonpkg: it runs inside the Triton stub's interpreter.
 """
@@ -44,6 +46,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cancellation import CancelWatch  # noqa: E402
 from request_params import ParamError, candidate_logprob, logprobs_json, normalize_sampling  # noqa: E402
 from priority import ENV as NICE_ENV, engine_niceness, lower_engine_priority  # noqa: E402
+from prom_labels import stat_logger  # noqa: E402
 from settle import settle_after_start  # noqa: E402
 from stream_merge import Step, coalesce  # noqa: E402
 
@@ -72,6 +75,16 @@ def _send(sender, response, flags):
 
 
 HEALTH_POLL_S = float(os.environ.get("TRITONPKG_VLLM_HEALTH_POLL", "1.0"))
+# While this file exists the health poll fails as if check_health had raised, for the models it names (one
+# per line; empty: every model): how the tests (and an operator rehearsing a failover) make a live engine
+# fail its health check on purpose.
+HEALTH_FAULT_FILE = os.environ.get("TRITONPKG_VLLM_HEALTH_FAULT_FILE")
+# NVIDIA's per-model switch (config.pbtxt parameters). NVIDIA's default is off; here it is on, because
+# a model that unloads itself once its engine is dead is what lets a load balancer route around it.
+HEALTH_PARAMETER = "ENABLE_VLLM_HEALTH_CHECK"
+# NVIDIA's switch for the vLLM series. Absent: they follow the engine argument disable_log_stats (as before);
+# "false" turns them off whatever model.json says; "true" leaves disable_log_stats in charge, as in NVIDIA's.
+METRICS_PARAMETER = "REPORT_CUSTOM_METRICS"
 STREAM_MERGE = os.environ.get("TRITONPKG_VLLM_STREAM_MERGE", "1") != "0"
 RETURN_FLAGS = (
     "return_finish_reason",
@@ -85,6 +98,8 @@ CONTROL_KEYS = ("stream", "exclude_input_in_output", *RETURN_FLAGS)
 RESERVED_FIELDS = {"output_kind", "skip_clone", "output_text_buffer_length", "detokenize"}
 # PoolingParams keys a client may set (task is chosen by the backend: "embed").
 POOLING_FIELDS = ("dimensions", "use_activation")
+EMBEDDING_REQUEST_KEYS = ("input", "pooling_params")
+MAX_REQUEST_JSON = 4 << 20  # bytes of one JSON input; the engine bounds the prompt itself (max_model_len)
 
 _BOOL = {"data_type": "TYPE_BOOL", "dims": [1], "optional": True}
 # NVIDIA's contract (names, types and dims as NVIDIA's backend auto-completes them), then the
@@ -98,6 +113,9 @@ INPUTS = [
     *({"name": name, **_BOOL} for name in RETURN_FLAGS),
     {"name": "candidates", "data_type": "TYPE_STRING", "dims": [-1], "optional": True},
     {"name": "pooling_parameters", "data_type": "TYPE_STRING", "dims": [1], "optional": True},
+    # NVIDIA's (what its OpenAI frontend sends for /v1/embeddings): JSON {"input": text or token ids,
+    # "pooling_params": {...}}; the vector also comes back as JSON in text_output, as NVIDIA's does.
+    {"name": "embedding_request", "data_type": "TYPE_STRING", "dims": [1], "optional": True},
 ]
 OUTPUTS = [
     {"name": "text_output", "data_type": "TYPE_STRING", "dims": [-1]},
@@ -177,6 +195,13 @@ class TritonPythonModel:
         )
         self._declared_outputs = {o["name"] for o in model_config.get("output", [])}
         engine_args = self._read_engine_args(args)
+        try:
+            self._health_check = _parameter_bool(model_config, HEALTH_PARAMETER, default=True)
+            if _parameter_bool(model_config, METRICS_PARAMETER, default=None) is False:
+                engine_args["disable_log_stats"] = True
+        except ValueError as exc:
+            raise pb_utils.TritonModelException(f"model '{self.model_name}': {exc}") from None
+        self._model_version = str(args.get("model_version", ""))
         from vllm.platforms import current_platform
 
         try:
@@ -187,6 +212,7 @@ class TritonPythonModel:
         self._structured_fields = {f.name for f in dataclasses.fields(StructuredOutputsParams) if not f.name.startswith("_")}
         self._requests: dict[str, Any] = {}
         self._closing = False
+        self._unload_lock = threading.Lock()  # orders a self-unload request before finalize
         self._dead: str | None = None  # why the engine is unusable, once it is
 
         self._responses: queue.SimpleQueue = queue.SimpleQueue()  # put() in C: no Condition per step
@@ -218,7 +244,8 @@ class TritonPythonModel:
             )
         niced = lower_engine_priority(self._engine_nice)  # before the watchdog: only the engine's processes
         self._watchdog = self._start_watchdog()
-        self._health_task = asyncio.run_coroutine_threadsafe(self._watch_health(), self._loop)
+        self._health_task = (asyncio.run_coroutine_threadsafe(self._watch_health(), self._loop)
+                             if self._health_check else None)
         settle_after_start()
         self.logger.log_info(
             f"[vllm] model '{self.model_name}': engine started in {time.monotonic() - started:.1f} s "
@@ -261,7 +288,9 @@ class TritonPythonModel:
     async def _start_engine(self, engine_args):
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        return AsyncLLM.from_engine_args(engine_args)
+        # vLLM's series, also labelled with the Triton model and version (as NVIDIA's backend's are).
+        loggers = None if engine_args.disable_log_stats else [stat_logger(self.model_name, self._model_version)]
+        return AsyncLLM.from_engine_args(engine_args, stat_loggers=loggers)
 
     def execute(self, requests):
         for request in requests:
@@ -312,11 +341,14 @@ class TritonPythonModel:
             return default if value is None else value
 
         if self._pooling:
+            embedding_request = _input_string(request, "embedding_request")
+            if embedding_request is not None:
+                return self._parse_embedding_request(embedding_request, params)
             pooling_raw = _input_string(request, "pooling_parameters")
             pooling = _json_object(pooling_raw, "pooling_parameters") if pooling_raw is not None else params
             if pooling_raw is not None and params:
                 raise RequestError(f"an embedding model takes no sampling parameters, got {', '.join(map(repr, params))}")
-            return {"kind": "embed", "prompt": prompt, "pooling": self._pooling_params(pooling)}
+            return {"kind": "embed", "prompt": prompt, "pooling": self._pooling_params(pooling), "as_text": False}
 
         returns = {name: flag(name) for name in RETURN_FLAGS}
         candidates = _input_strings(request, "candidates")
@@ -336,6 +368,29 @@ class TritonPythonModel:
         sampling.output_kind = self._RequestOutputKind.DELTA if stream else self._RequestOutputKind.FINAL_ONLY
         return {"kind": "generate", "prompt": prompt, "sampling": sampling, "stream": stream,
                 "prepend": not exclude, "returns": returns}
+
+    def _parse_embedding_request(self, raw: str, params: dict) -> dict:
+        """NVIDIA's `embedding_request`: text_input is ignored (NVIDIA's frontend sends "")."""
+        if params:
+            raise RequestError(f"input 'embedding_request' carries the pooling parameters; got "
+                               f"{', '.join(repr(k[:40]) for k in list(params)[:5])} beside it")
+        body = _json_object(raw, "embedding_request")
+        unknown = sorted(k for k in body if k not in EMBEDDING_REQUEST_KEYS)
+        if unknown:
+            raise RequestError(f"embedding_request: unknown key(s) {', '.join(repr(k[:40]) for k in unknown[:5])}; "
+                               f"accepted: {', '.join(EMBEDDING_REQUEST_KEYS)}")
+        prompt = body.get("input")
+        if isinstance(prompt, list) and prompt and all(type(t) is int and 0 <= t < 2**31 for t in prompt):
+            prompt = [int(t) for t in prompt]
+        elif not isinstance(prompt, str):
+            raise RequestError("embedding_request 'input' must be a string or a non-empty list of token ids")
+        pooling = body.get("pooling_params") or {}
+        if not isinstance(pooling, dict):
+            raise RequestError("embedding_request 'pooling_params' must be a JSON object")
+        dims = pooling.get("dimensions")
+        if isinstance(dims, list) and len(dims) == 1:  # NVIDIA's frontend sends [n]
+            pooling = {**pooling, "dimensions": dims[0]}
+        return {"kind": "embed", "prompt": prompt, "pooling": self._pooling_params(pooling), "as_text": True}
 
     def _sampling_params(self, params: dict):
         """JSON object -> SamplingParams with the installed vLLM's field types; unknown keys are errors."""
@@ -383,7 +438,8 @@ class TritonPythonModel:
             if not ticket.done():
                 if isinstance(exc, self._EngineDeadError) or self._dead is not None:
                     self._mark_dead(f"the vLLM engine died ({type(exc).__name__}: {exc})")
-                    self._send_error(sender, self._dead, UNAVAILABLE)
+                    if self._requests.pop(request_id, None) is not None:  # not answered by _mark_dead
+                        self._send_error(sender, self._dead, UNAVAILABLE)
                 elif isinstance(exc, (RequestError, ParamError, *self._client_errors)):
                     self._send_error(sender, f"vLLM rejected the request: {exc}", INVALID_ARG)
                 else:
@@ -392,8 +448,8 @@ class TritonPythonModel:
                 final_sent = True
         finally:
             self._cancel_watch.release(request_id)
-            self._requests.pop(request_id, None)
-            if not final_sent:
+            answered = self._requests.pop(request_id, None) is None  # by _mark_dead
+            if not final_sent and not answered:
                 self._send_final(sender, cancelled=ticket.done())
 
     async def _generate(self, sender, prompt: str, sampling, stream: bool, prepend: bool, returns: dict):
@@ -484,21 +540,27 @@ class TritonPythonModel:
 
         await self._run(sender, request_id, body)
 
-    async def _embed(self, sender, prompt: str, pooling):
-        """Pooling runner: one `embedding` (FP32, the model's pooled and, per its config, normalised vector)."""
+    async def _embed(self, sender, prompt: str | list[int], pooling, as_text: bool):
+        """Pooling runner: one `embedding` (FP32, the model's pooled and, per its config, normalised vector);
+        `as_text` (NVIDIA's embedding_request) also sends it as a JSON list in text_output."""
         request_id = uuid.uuid4().hex
 
         async def body(ticket) -> bool:
             final = None
-            async for output in self.engine.encode(await self._render(prompt), pooling, request_id):
+            engine_input = await (self._render_tokens(prompt) if isinstance(prompt, list) else self._render(prompt))
+            async for output in self.engine.encode(engine_input, pooling, request_id):
                 final = output
             if ticket.done() or final is None:
                 return False
-            vector = final.outputs.data.detach().float().cpu().numpy().reshape(-1)
-            response = pb_utils.InferenceResponse(output_tensors=[
-                pb_utils.Tensor("embedding", vector.astype(np.float32)),
+            vector = final.outputs.data.detach().float().cpu().numpy().reshape(-1).astype(np.float32)
+            tensors = [
+                pb_utils.Tensor("embedding", vector),
                 pb_utils.Tensor("num_input_tokens", np.asarray([len(final.prompt_token_ids or ())], dtype=np.uint32)),
-            ])
+            ]
+            if as_text:
+                tensors.append(pb_utils.Tensor("text_output", np.asarray(
+                    [json.dumps(vector.tolist()).encode()], dtype=self.output_dtype)))
+            response = pb_utils.InferenceResponse(output_tensors=tensors)
             self._responses.put((sender, response, pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL))
             return True
 
@@ -530,10 +592,22 @@ class TritonPythonModel:
             if engine is None or self._closing:
                 return
             try:
+                if self._fault_injected():
+                    raise RuntimeError(f"health check failed on purpose ({HEALTH_FAULT_FILE})")
                 await engine.check_health()
             except Exception as exc:
                 self._mark_dead(f"the vLLM engine died ({type(exc).__name__}: {exc or 'EngineCore exited'})")
                 return
+
+    def _fault_injected(self) -> bool:
+        if not HEALTH_FAULT_FILE:
+            return False
+        try:
+            with open(HEALTH_FAULT_FILE, encoding="utf-8", errors="replace") as f:
+                names = f.read(4096).split()
+        except OSError:
+            return False
+        return not names or self.model_name in names
 
     def _mark_dead(self, reason: str):
         if self._dead is not None:
@@ -542,23 +616,41 @@ class TritonPythonModel:
         self.logger.log_error(f"[vllm] {self._dead}")
         for request_id, sender in list(self._requests.items()):
             self._requests.pop(request_id, None)
+            ticket = self._tickets.get(id(sender))
+            if ticket is not None:
+                ticket.abandon()  # its body stops at its next output, its queued steps are dropped
+            self._abort(request_id)  # an engine that only failed its health check would run it on
             self._send_error(sender, self._dead, UNAVAILABLE)
-        self._reap_children()
+        # The unload request goes out at once, before anything slow: a SIGTERM that lands while it is
+        # still to be sent makes it reach a server that is shutting down (the stub segfaulted there).
         threading.Thread(target=self._unload_self, name="vllm-unload", daemon=True).start()
 
     def _unload_self(self):
-        """In its own thread: unloading runs finalize, which needs the event loop this was called from."""
-        try:
-            pb_utils.unload_model(self.model_name)
-        except Exception as exc:
-            self.logger.log_warn(
-                f"[vllm] could not unload '{self.model_name}' after the engine died ({exc}); the model stays "
-                "loaded and answers every request with an error (Triton 2.51 lets a Python model unload "
-                "itself only under --model-control-mode=explicit)"
-            )
+        """In its own thread (unloading runs finalize, which needs the event loop). Never once finalize
+        has begun: Triton is unloading the model already, maybe shutting down, and a model-control
+        request from the stub then reaches a server tearing the stub's channel down. The lock makes
+        finalize wait for a request already sent (Triton's unload only schedules, so it returns at once)."""
+        with self._unload_lock:
+            if self._closing:
+                return
+            if not self._health_check:
+                self.logger.log_warn(f"[vllm] '{self.model_name}' stays loaded and answers every request with an "
+                                     f"error: its {HEALTH_PARAMETER} parameter is false")
+                self._reap_children()
+                return
+            try:
+                pb_utils.unload_model(self.model_name)
+                return  # finalize shuts the engine down and reaps its processes
+            except Exception as exc:
+                self.logger.log_warn(
+                    f"[vllm] could not unload '{self.model_name}' after the engine died ({exc}); the model stays "
+                    "loaded and answers every request with an error (Triton 2.51 lets a Python model unload "
+                    "itself only under --model-control-mode=explicit)"
+                )
+        self._reap_children()  # the model stays loaded: the dead engine's processes need not
 
     def _abort_cancelled(self, request_id: str):
-        """Called from the cancel-watch thread: the body stops at its next output (ticket.done())."""
+        """From the send loop or the cancel watch: the body stops at its next output (ticket.done())."""
         self.logger.log_info(f"[vllm] request {request_id} cancelled by the client; aborting it in vLLM")
         self._abort(request_id)
 
@@ -612,6 +704,8 @@ class TritonPythonModel:
                 self._failed.discard(id(sender))
             return
         if isinstance(item, Step):
+            if not flags and self._cancelled_before_send(sender, item.request_id):
+                return
             try:
                 response = self._generate_response(item.output, item.prefix, item.returns)
             except Exception as exc:
@@ -631,12 +725,38 @@ class TritonPythonModel:
         except Exception:
             self.logger.log_error(f"[vllm] could not send a response: {traceback.format_exc()}")
 
+    def _cancelled_before_send(self, sender, request_id: str) -> bool:
+        """Before each streamed (non-final) response: has the client gone? One is_cancelled() round trip
+        per response, from this thread, so a stream is aborted within one engine step of the hang-up
+        (the cancel watch's sweep covers requests that send nothing until their end). A cancelled
+        stream's remaining steps are dropped; its body ends at the next output and sends the final."""
+        ticket = self._tickets.get(id(sender))
+        if ticket is None:
+            return False
+        if ticket.done():
+            return True
+        try:
+            cancelled = ticket.poll()
+        except Exception:  # a sender Triton already dropped: the send below reports it
+            return False
+        if cancelled:
+            self._abort_cancelled(request_id)
+        return cancelled
+
     def finalize(self):
         """Abort what is running, shut the engine (and its EngineCore process) down, stop the threads."""
+        lock = getattr(self, "_unload_lock", None)
+        if lock is not None and lock.acquire(timeout=SHUTDOWN_TIMEOUT_S):
+            self._closing = True  # under the lock: no self-unload request is sent from now on
+            lock.release()
         self._closing = True
         engine = getattr(self, "engine", None)
         loop = getattr(self, "_loop", None)
         if engine is not None and loop is not None and loop.is_running():
+            if self._dead is not None:
+                # Declared dead: nothing to wind down gracefully, and a SIGTERMed server exits (its
+                # --exit-timeout-secs) before a stuck EngineCore would.
+                self._reap_children(grace=0.0)
             pending = list(self._requests)
             try:
                 if pending:
@@ -681,7 +801,7 @@ class TritonPythonModel:
             loop.close()
         self._loop = None
 
-    def _reap_children(self):
+    def _reap_children(self, grace: float = 5.0):
         """Kill what vLLM left behind. The stub process exists only for this model, so its children
         are the engine's; multiprocessing's resource tracker is spared: it ignores SIGTERM, exits by
         itself with the stub and unlinks leaked shared memory on the way out."""
@@ -696,13 +816,13 @@ class TritonPythonModel:
                     children.append(child)
             except psutil.Error:
                 pass
-        for child in children:
+        for child in children if grace > 0 else ():
             try:
                 self.logger.log_warn(f"[vllm] terminating leftover engine process {child.pid} ({child.name()})")
                 child.terminate()
             except psutil.Error:
                 pass
-        _, alive = psutil.wait_procs(children, timeout=5)
+        _, alive = psutil.wait_procs(children, timeout=grace) if grace > 0 else ((), children)
         for child in alive:
             try:
                 child.kill()
@@ -722,6 +842,20 @@ def _sampling_fields(sampling_cls) -> dict[str, bool]:
         hint = hints.get(name)
         fields[name] = hint is str or str in typing.get_args(hint)
     return fields
+
+
+def _parameter_bool(model_config: dict, name: str, default: bool | None) -> bool | None:
+    """A boolean from config.pbtxt's `parameters` (string values, as Triton stores them)."""
+    entry = (model_config.get("parameters") or {}).get(name)
+    if entry is None:
+        return default
+    raw = entry.get("string_value", "") if isinstance(entry, dict) else str(entry)
+    value = raw.strip().lower()
+    if value in ("true", "1", "yes", "on"):
+        return True
+    if value in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"config.pbtxt parameter {name} must be true or false, got {raw[:40]!r}")
 
 
 def _input_string(request, name: str) -> str | None:
@@ -752,6 +886,8 @@ def _text(value, name: str) -> str:
 
 
 def _json_object(raw: str, name: str) -> dict:
+    if len(raw) > MAX_REQUEST_JSON:
+        raise RequestError(f"{name} is longer than {MAX_REQUEST_JSON} characters")
     try:
         value = json.loads(raw) if raw.strip() else {}
     except json.JSONDecodeError as exc:

@@ -322,6 +322,30 @@ def test_cancelled_streams_are_aborted_and_vllm_runs_nothing(server, metrics_dir
     assert set(waiting.values()) == {0.0}, waiting
 
 
+def test_a_stream_whose_client_left_is_aborted_within_a_few_engine_steps(server, metrics_dir):
+    """Issue 25: four streams hung up after 2 chunks used to run on for the cancel watch's second (most
+    of their 240 tokens on this model); every streamed response now checks is_cancelled() first."""
+    def generated() -> float:
+        return sum(v for k, v in vllm_metrics(metrics_dir, "vllm:generation_tokens_total").items() if "weights" in k)
+
+    before = generated()
+    outcomes: list = []
+    threads = [threading.Thread(target=lambda: outcomes.append(
+        grpc_stream(server, PROMPT, {"max_tokens": 240, "ignore_eos": True}, cancel_after=2))) for _ in range(4)]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=180)
+    assert [(len(c), e) for c, e in outcomes] == [(2, None)] * 4
+    status, body = generate(server, {"text_input": PROMPT, "parameters": {"max_tokens": 3, "ignore_eos": True}})
+    assert status == 200, body  # its last step publishes fresh stats
+    time.sleep(0.5)
+    tokens = generated() - before - 3
+    print(f"4 streams cancelled after 2 chunks: {tokens:.0f} tokens generated in {time.monotonic() - started:.1f} s")
+    assert tokens <= 4 * 24, tokens  # 2 sent + what the engine's step pipeline held; was ~4 x 200
+
+
 def test_sixteen_concurrent_streams_all_complete_and_every_stream_adds_up(server):
     """At this load steps that queue up behind a send go out merged (stream_merge): token counts and
     logprobs still add up to every token of every stream, in one final response."""
@@ -486,6 +510,32 @@ def test_embeddings_equal_sentence_transformers(server):
     assert status != 200 and "temperature" in body["error"]
 
 
+def test_nvidia_embedding_request_equals_pooling_parameters(server, tokenizer):
+    """Issue 30 item 6: NVIDIA's `embedding_request` input (its OpenAI frontend's) gives the same vector as
+    text_input + pooling_parameters, as FP32 `embedding` and as JSON in text_output (NVIDIA's output)."""
+    text = "Triton serves models over gRPC and HTTP."
+    status, plain = generate(server, {"text_input": text, "pooling_parameters": "{}"}, model=EMBEDDER)
+    assert status == 200, plain
+    status, nvidia = generate(server, {"text_input": "", "embedding_request": json.dumps(
+        {"input": text, "pooling_params": {}})}, model=EMBEDDER)
+    assert status == 200, nvidia
+    assert np.allclose(nvidia["embedding"], plain["embedding"], atol=1e-6)
+    assert np.allclose(json.loads(nvidia["text_output"]), plain["embedding"], atol=1e-6)
+
+    ids = [101, 7592, 2088, 102]  # MiniLM's (BERT's) [CLS] hello world [SEP]
+    status, by_ids = generate(server, {"text_input": "", "embedding_request": json.dumps({"input": ids})},
+                              model=EMBEDDER)
+    status_text, by_text = generate(server, {"text_input": "hello world"}, model=EMBEDDER)
+    assert status == 200 and status_text == 200, (by_ids, by_text)
+    assert by_ids["num_input_tokens"] in (4, [4])
+    assert np.allclose(by_ids["embedding"], by_text["embedding"], atol=1e-5)
+
+    for bad, named in (({"input": text, "truncate": 3}, "truncate"), ({"input": {"x": 1}}, "input"),
+                       ({"input": text, "pooling_params": {"dimension": 3}}, "dimension")):
+        status, body = generate(server, {"text_input": "", "embedding_request": json.dumps(bad)}, model=EMBEDDER)
+        assert status == 400 and named in body["error"], (bad, status, body)
+
+
 def test_repository_passes_validate_for_pinned_releases(repo):
     from tritonpkg.validate import validate_repository
 
@@ -500,6 +550,33 @@ def test_vllm_metric_families_are_written_in_multiprocess_mode(server, metrics_d
     print("vLLM metric families:", families)
     assert len(families) > 9
     assert {"vllm:num_requests_running", "vllm:generation_tokens", "vllm:time_to_first_token_seconds"} <= set(families)
+
+
+def test_vllm_series_carry_nvidia_labels_and_nvidia_family_names(server, metrics_dir):
+    """Issue 30 item 2: dashboards built for NVIDIA's backend select on `model`/`version` and read
+    vllm:time_per_output_token_seconds (vLLM 0.32 calls it vllm:inter_token_latency_seconds)."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    status, body = generate(server, {"text_input": PROMPT, "parameters": {"max_tokens": 5, "ignore_eos": True}})
+    assert status == 200, body
+    time.sleep(0.5)
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(metrics_dir))
+    samples = [s for m in registry.collect() for s in m.samples]
+    running = [s.labels for s in samples if s.name == "vllm:num_requests_running"]
+    assert {(lb.get("model"), lb.get("version")) for lb in running} >= {(MODEL, "1"), (EMBEDDER, "1")}, running
+    assert all("model_name" in lb and "engine" in lb for lb in running)  # vLLM's own labels stay
+
+    def count(name: str) -> float:
+        return sum(s.value for s in samples if s.name == name and s.labels.get("model") == MODEL)
+
+    assert count("vllm:time_per_output_token_seconds_count") == count("vllm:inter_token_latency_seconds_count") > 0
+    for nvidia_family in ("vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+                          "vllm:time_to_first_token_seconds_count", "vllm:e2e_request_latency_seconds_count",
+                          "vllm:request_prompt_tokens_count", "vllm:request_generation_tokens_count",
+                          "vllm:request_params_n_count"):
+        assert count(nvidia_family) > 0, nvidia_family
 
 
 def test_engine_processes_run_at_nice_10_on_this_cpu_host_and_the_stub_at_0(server):
