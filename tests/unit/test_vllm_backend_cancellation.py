@@ -121,3 +121,17 @@ def test_the_thread_polls_on_its_own():
         assert seen.wait(2)
     finally:
         watch.close()
+
+
+def test_an_abandoned_ticket_is_done_and_never_polled_again():
+    """The backend answered the request itself (its engine died): the body stops, nothing asks Triton."""
+    watch = cancellation.CancelWatch(3600, lambda key: None)
+    try:
+        sender = Sender()
+        ticket = watch.register("r", sender)
+        ticket.abandon()
+        assert ticket.done()
+        assert watch.sweep() == [] and not ticket.poll()
+        assert sender.polls == 0
+    finally:
+        watch.close()
