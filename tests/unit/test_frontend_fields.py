@@ -62,3 +62,16 @@ def test_model_card_fields(tmp_path):
     card = _model_card(entry(tmp_path, "x"))
     assert {k: card[k] for k in ("id", "root", "parent", "max_model_len")} == {"id": "m", "root": "m", "parent": None,
                                                                               "max_model_len": 64}
+
+
+def test_backend_errors_name_the_served_model_and_the_field(tmp_path):
+    from tritonpkg.frontend.app import in_served_terms
+
+    weights = tmp_path / "weights" / "tiny"
+    e = ModelEntry(name="tiny_llm", version="1", kind="generate", backend="vllm", created=0,
+                   engine_args={"model": str(weights)})
+    exc = in_served_terms(e, APIError(400, f"model {weights}: token id 99999 is out of vocabulary "
+                                           "(parameter=logit_bias, value=[99999])"))
+    assert str(tmp_path) not in exc.message and "model tiny_llm:" in exc.message and exc.param == "logit_bias"
+    assert in_served_terms(e, APIError(400, "sampling parameter 'bogus': no")).param == "bogus"
+    assert in_served_terms(e, APIError(503, "engine died")).param is None

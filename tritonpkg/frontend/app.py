@@ -10,6 +10,8 @@ import asyncio
 import gc
 import json
 import logging
+import os
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, suppress
@@ -199,7 +201,8 @@ def create_app(settings: FrontendSettings) -> FastAPI:
         plan = chat_plan(body, tool_parser=parsers is not None and parsers.tools)
         _check_sequences(plan, settings.max_sequences)
         parse = None
-        if parsers is not None:
+        # a forced tool on a model with a reasoning parser only is answered as before: its arguments, unparsed
+        if parsers is not None and (parsers.tools or plan.tool is None):
             tokenizer = entry.tokenizer
             parse = ChatParse(parsers, body, plan.n, lambda text: tokenizer.encode(text, add_special_tokens=False))
             parse.sampling_overrides(plan.params)
@@ -330,7 +333,31 @@ async def _start(be: TritonBackend, entry: ModelEntry, plan: Plan, prompt: str):
         first = await rest.__anext__()
     except StopAsyncIteration:
         raise APIError(500, f"model '{entry.name}' closed the stream without a response") from None
+    except APIError as exc:
+        raise in_served_terms(entry, exc) from None
     return first, rest
+
+
+PARAMETER = re.compile(r"\(parameter=([A-Za-z_][A-Za-z0-9_.]*)|sampling parameter '([A-Za-z_][A-Za-z0-9_]*)'")
+
+
+def in_served_terms(entry: ModelEntry, exc: APIError) -> APIError:
+    """A backend error as the client should read it: the engine's weights and tokenizer paths replaced by the
+    served model name (a client never sent, and should not learn, a server path), and `param` the field vLLM
+    names (its validation errors end in '(parameter=max_tokens, value=...)'; the backend's say
+    "sampling parameter 'x'")."""
+    message = exc.message
+    paths = {str(p) for p in ((entry.engine_args or {}).get("model"), (entry.engine_args or {}).get("tokenizer"),
+                              entry.tokenizer_path()) if p}
+    for path in sorted(paths | {os.path.realpath(p) for p in paths}, key=len, reverse=True):
+        message = message.replace(path, entry.name)
+    param = exc.param
+    if param is None and exc.status < 500:
+        found = PARAMETER.search(message)
+        param = (found.group(1) or found.group(2)) if found else None
+    if message == exc.message and param == exc.param:
+        return exc
+    return APIError(exc.status, message, param=param, type=exc.type, code=exc.code)
 
 
 async def _unless_client_leaves(request: Request, work):
@@ -356,7 +383,10 @@ async def _unless_client_leaves(request: Request, work):
 
 
 async def _one(be: TritonBackend, entry: ModelEntry, plan: Plan, prompt: str) -> Output:
-    outputs = [o async for o in be.generate(entry.name, prompt, plan.params, False, entry.returns)]
+    try:
+        outputs = [o async for o in be.generate(entry.name, prompt, plan.params, False, entry.returns)]
+    except APIError as exc:
+        raise in_served_terms(entry, exc) from None
     if len(outputs) != 1:
         raise APIError(500, f"model '{entry.name}' sent {len(outputs)} responses to a non-streamed request")
     return outputs[0]
