@@ -20,7 +20,7 @@ from tests.integration.conftest import package_tiny_llm_and_minilm
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-CHECKED, UNCHECKED = "tiny_llm", "tiny_llm_unchecked"
+CHECKED, UNCHECKED, MISSPELT = "tiny_llm", "tiny_llm_unchecked", "tiny_llm_misspelt"
 # Each repetition starts a server with two engines (~1-2 min here); the suite runs one.
 REPS = int(os.environ.get("TRITONPKG_TEST_SHUTDOWN_REPS", "1"))
 
@@ -35,6 +35,10 @@ def repo(tmp_path_factory):
     config.write_text(config.read_text().replace(f'name: "{CHECKED}"', f'name: "{UNCHECKED}"')
                       + "".join(f'parameters {{\n  key: "{key}"\n  value {{ string_value: "false" }}\n}}\n'
                                 for key in ("ENABLE_VLLM_HEALTH_CHECK", "REPORT_CUSTOM_METRICS")))
+    shutil.copytree(repo / CHECKED, repo / MISSPELT)  # loaded on request only: fails before any engine starts
+    config = repo / MISSPELT / "config.pbtxt"
+    config.write_text(config.read_text().replace(f'name: "{CHECKED}"', f'name: "{MISSPELT}"')
+                      + 'parameters {\n  key: "ENABLE_VLLM_HEALTH_CHECK"\n  value { string_value: "yes please" }\n}\n')
     return repo
 
 
@@ -82,6 +86,10 @@ def test_health_check_parameter_and_sigterm_during_the_self_unload_exits_0(repo,
             assert status == 200 and body["text_output"], (model, body)
         time.sleep(0.5)
         assert metric_models(metrics) == {CHECKED}  # the two share a weights path: only `model` tells them apart
+
+        if rep == 0:
+            loaded, message = server.load_model(MISSPELT)
+            assert not loaded and "ENABLE_VLLM_HEALTH_CHECK" in message and "yes please" in message, message
 
         fault.write_text(CHECKED)
         deadline = time.monotonic() + 30
