@@ -137,6 +137,8 @@ def triton_text(triton, prompt: str, params: dict) -> str:
 def test_models_lists_the_llm_the_embedder_and_the_scorer(client):
     models = {m.id: m for m in client.models.list().data}
     assert set(models) == {MODEL, EMBEDDER, SCORER}
+    assert models[MODEL].model_extra["max_model_len"] == 4096 and models[MODEL].model_extra["root"] == MODEL
+    assert client.models.retrieve(MODEL).model_extra == models[MODEL].model_extra
     assert models[MODEL].model_extra["kind"] == "generate" and models[EMBEDDER].model_extra["kind"] == "embed"
     assert models[SCORER].model_extra["kind"] == "score"
 
@@ -161,6 +163,51 @@ def test_streamed_completion_joins_to_the_same_text(client):
     assert "".join(texts) == whole.choices[0].text
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 8
+
+
+CJK_BYTES = [163, 119, 258]  # '中' is these three byte-level tokens of the tiny model: each alone is a partial UTF-8 sequence
+
+
+def test_streamed_completion_logprobs_match_the_non_streamed_body(client):
+    """text_offset counts each token's own text (vLLM's logprob tokens), streamed or not, as the non-streamed
+    body does; it advanced by each chunk's text, which differs where a token is part of a UTF-8 sequence
+    (issue 25: [0,2,2,4,6] streamed vs [0,2,2,5,7])."""
+    # sampled among the three bytes only (seeded: both requests generate the same), so whole characters form now and then
+    request = dict(model=MODEL, prompt="The quick", max_tokens=60, logprobs=0, temperature=1.0, seed=1234,
+                   extra_body={**GREEDY["extra_body"], "allowed_token_ids": CJK_BYTES})
+    whole = client.completions.create(**request).choices[0].logprobs
+    offsets, tokens, top, uneven = [], [], [], []
+    for chunk in client.completions.create(stream=True, **request):
+        if chunk.choices and chunk.choices[0].logprobs:
+            lp = chunk.choices[0].logprobs
+            offsets, tokens, top = offsets + lp.text_offset, tokens + lp.tokens, top + lp.top_logprobs
+            uneven.append(len(chunk.choices[0].text) != sum(map(len, lp.tokens)))
+    assert tokens == whole.tokens and top == whole.top_logprobs
+    assert offsets == whole.text_offset == [sum(len(t) for t in whole.tokens[:i]) for i in range(len(whole.tokens))]
+    # the case that broke it: a chunk whose text is not its tokens' text (vLLM decodes a partial sequence as "")
+    assert any(uneven), (whole.tokens, "".join(tokens))
+
+
+def test_completion_top_logprobs_hold_the_sampled_token(client):
+    """OpenAI's top_logprobs: the k most likely and the sampled token (k+1 entries when it is not among them);
+    logprobs=0 is the sampled token alone, not {}."""
+    sampled = client.completions.create(model=MODEL, prompt="The quick", max_tokens=16, logprobs=1, temperature=1.0,
+                                        seed=7).choices[0].logprobs
+    for token, logprob, top in zip(sampled.tokens, sampled.token_logprobs, sampled.top_logprobs):
+        assert top[token] == logprob and 1 <= len(top) <= 2
+    assert any(len(top) == 2 for top in sampled.top_logprobs)  # the sampled token was outside the top 1
+    greedy = client.completions.create(model=MODEL, prompt="The quick", max_tokens=4, logprobs=0, **GREEDY)
+    lp = greedy.choices[0].logprobs
+    assert lp.top_logprobs == [{t: v} for t, v in zip(lp.tokens, lp.token_logprobs)]
+
+
+def test_a_backend_error_names_its_field_and_not_the_weights_path(client, repo):
+    import openai
+
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model=MODEL, prompt="x", max_tokens=2, logit_bias={"99999": 1})
+    assert info.value.body["param"] == "logit_bias", info.value.body
+    assert str(repo.parent) not in info.value.body["message"]
 
 
 def test_chat_applies_the_models_chat_template(client, triton, chat_tokenizer):
