@@ -21,6 +21,26 @@ EXIT_PROBLEMS = 1
 EXIT_USAGE = 2
 
 
+DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
+
+
+def api_key_option() -> Any:
+    return typer.Option(
+        None, "--api-key", envvar="TRITONPKG_API_KEY", show_default=False,
+        help="Require 'Authorization: Bearer KEY' on every /v1 route of the OpenAI API (/health stays open). "
+             "Prefer the environment variable or --api-key-file: a command line is visible to other users.")
+
+
+def api_key_file_option() -> Any:
+    return typer.Option(None, "--api-key-file",
+                        help="Read the OpenAI API key from FILE, which only its owner may read (chmod 600).")
+
+
+def max_request_bytes_option() -> Any:
+    return typer.Option(DEFAULT_MAX_REQUEST_BYTES, "--max-request-bytes", min=1024,
+                        help="Largest OpenAI request body; larger ones get a 413.")
+
+
 def print_json(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
 

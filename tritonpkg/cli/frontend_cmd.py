@@ -8,7 +8,8 @@ from pathlib import Path
 
 import typer
 
-from tritonpkg.cli._common import console, err_console, library_errors, print_json, serve_until_stopped, stop_signals
+from tritonpkg.cli._common import (api_key_file_option, api_key_option, console, err_console, library_errors,
+                                   max_request_bytes_option, print_json, serve_until_stopped, stop_signals)
 
 
 @library_errors()
@@ -25,14 +26,9 @@ def frontend(
         None, "--triton-admin-key", envvar="TRITONPKG_ADMIN_KEY", show_default=False,
         help="Triton's admin key (`serve --json` prints it; prefer the environment variable): listing the "
              "models needs it."),
-    api_key: str | None = typer.Option(
-        None, "--api-key", envvar="TRITONPKG_API_KEY", show_default=False,
-        help="Require 'Authorization: Bearer KEY' on every /v1 route (/health stays open). Prefer the "
-             "environment variable or --api-key-file: a command line is visible to other users."),
-    api_key_file: Path | None = typer.Option(
-        None, "--api-key-file", help="Read the API key from FILE, which only its owner may read (chmod 600)."),
-    max_request_bytes: int = typer.Option(
-        16 * 1024 * 1024, "--max-request-bytes", min=1024, help="Largest request body; larger ones get a 413."),
+    api_key: str | None = api_key_option(),
+    api_key_file: Path | None = api_key_file_option(),
+    max_request_bytes: int = max_request_bytes_option(),
 ) -> None:
     """Serve /v1/models, /v1/completions, /v1/chat/completions, /v1/embeddings and /health/ready for the
     models of a running Triton; stop cleanly on Ctrl-C or SIGTERM."""

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import typer
 
-from tritonpkg.cli._common import (EXIT_PROBLEMS, console, err_console, library_errors, print_json,
+from tritonpkg.cli._common import (EXIT_PROBLEMS, api_key_file_option, api_key_option, max_request_bytes_option,
+                                   console, err_console, library_errors, print_json,
                                    print_error, serve_until_stopped, stop_signals)
 
 EXIT_INTERRUPTED = 130  # the shell's code for a command ended by a signal it did not finish
@@ -67,15 +68,9 @@ def serve(
     metrics_token: str | None = typer.Option(
         None, "--metrics-token", envvar="TRITONPKG_METRICS_TOKEN", show_default=False, callback=_metrics_token,
         help="Require `Authorization: Bearer <token>` on the merged /metrics (prefer the environment variable)."),
-    api_key: str | None = typer.Option(
-        None, "--api-key", envvar="TRITONPKG_API_KEY", show_default=False,
-        help="Require 'Authorization: Bearer KEY' on every /v1 route of the OpenAI API (/health stays open). "
-             "Prefer the environment variable or --api-key-file: a command line is visible to other users."),
-    api_key_file: Path | None = typer.Option(
-        None, "--api-key-file", help="Read the OpenAI API key from FILE, which only its owner may read (chmod 600)."),
-    max_request_bytes: int = typer.Option(
-        16 * 1024 * 1024, "--max-request-bytes", min=1024,
-        help="Largest OpenAI request body; larger ones get a 413."),
+    api_key: str | None = api_key_option(),
+    api_key_file: Path | None = api_key_file_option(),
+    max_request_bytes: int = max_request_bytes_option(),
 ) -> None:
     """Serve a model repository or package in the real Triton server; stop cleanly on Ctrl-C or SIGTERM."""
     if runtime is RuntimeKind.docker:
