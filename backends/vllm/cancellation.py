@@ -14,13 +14,14 @@ orders the two, and a ticket whose final response went out is never polled again
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Hashable
+from collections.abc import Callable, Hashable
+from typing import Any
 
 
 class Ticket:
     """One in-flight request. `done()` is True once the client is known to have gone away."""
 
-    __slots__ = ("key", "sender", "_lock", "_final_sent", "_cancelled")
+    __slots__ = ("_cancelled", "_final_sent", "_lock", "key", "sender")
 
     def __init__(self, key: Hashable, sender: Any) -> None:
         self.key = key

@@ -39,7 +39,7 @@ def lower_engine_priority(niceness: int, parent: int | None = None) -> list[int]
     start later inherit it. A thread that is already nicer keeps its value. Returns the processes changed."""
     import psutil
 
-    changed = []
+    changed: list[int] = []
     if niceness <= 0:
         return changed
     for proc in psutil.Process(parent).children(recursive=True):

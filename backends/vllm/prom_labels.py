@@ -11,16 +11,22 @@ Imports vLLM and prometheus_client only when called: it runs inside the Triton s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+if TYPE_CHECKING:
+    from prometheus_client import Histogram
+
+M = TypeVar("M")
+H = TypeVar("H")
 
 # NVIDIA's name -> the vLLM 0.32 family observed from the same values.
 ALIASES = {"vllm:time_per_output_token_seconds": "vllm:inter_token_latency_seconds"}
 
 
-def with_labels(metric_cls: type, extra: dict[str, str]) -> type:
+def with_labels(metric_cls: type[M], extra: dict[str, str]) -> type[M]:
     """`metric_cls` (a prometheus_client metric) whose every series also carries the `extra` labels."""
 
-    class Labelled(metric_cls):  # type: ignore[misc, valid-type]
+    class Labelled(metric_cls):  # type: ignore[misc, valid-type]  # subclasses the class passed in
         def __init__(self, *args: Any, labelnames: Any = (), **kwargs: Any) -> None:
             labelnames = list(labelnames)
             # A child made by labels() already has the full names; a label vLLM sets itself stays vLLM's.
@@ -45,18 +51,19 @@ def stat_logger(model: str, version: str):
     from vllm.v1.metrics.utils import create_metric_per_engine
 
     extra = {"model": model, "version": version}
-    classes = {"_gauge_cls": with_labels(Gauge, extra), "_counter_cls": with_labels(Counter, extra),
-               "_histogram_cls": with_labels(Histogram, extra)}
+    gauge, counter, histogram = with_labels(Gauge, extra), with_labels(Counter, extra), with_labels(Histogram, extra)
+    classes: dict[str, type] = {"_gauge_cls": gauge, "_counter_cls": counter, "_histogram_cls": histogram}
 
-    def relabel(helper: type) -> type:
+    def relabel(helper: type[H]) -> type[H]:
         """vLLM's per-feature metric groups (spec decoding, KV/EC connectors, perf) make their own series."""
         attrs = {name: cls for name, cls in classes.items() if hasattr(helper, name)}
-        return type(helper.__name__, (helper,), attrs) if attrs else helper
+        # type() with `helper` as the only base makes a subclass of it
+        return cast("type[H]", type(helper.__name__, (helper,), attrs)) if attrs else helper
 
     class TritonLabelledStatLogger(PrometheusStatLogger):
-        _gauge_cls = classes["_gauge_cls"]
-        _counter_cls = classes["_counter_cls"]
-        _histogram_cls = classes["_histogram_cls"]
+        _gauge_cls = gauge
+        _counter_cls = counter
+        _histogram_cls = histogram
         _spec_decoding_cls = relabel(PrometheusStatLogger._spec_decoding_cls)
         _kv_connector_cls = relabel(PrometheusStatLogger._kv_connector_cls)
         _ec_connector_cls = relabel(PrometheusStatLogger._ec_connector_cls)
@@ -71,7 +78,9 @@ def stat_logger(model: str, version: str):
                 documentation="Histogram of inter-token latency in seconds (NVIDIA's backend's name for "
                               "vllm:inter_token_latency_seconds, which has the same values).",
                 buckets=buckets, labelnames=["model_name", "engine"])
-            self._time_per_output_token = create_metric_per_engine(alias, self.per_engine_labelvalues)
+            # the children of a Histogram are Histograms
+            self._time_per_output_token = cast(
+                "dict[int, Histogram]", create_metric_per_engine(alias, self.per_engine_labelvalues))
 
         def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx: int = 0):
             super().record(scheduler_stats, iteration_stats, mm_cache_stats, engine_idx)

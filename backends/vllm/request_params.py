@@ -59,10 +59,10 @@ def normalize_sampling(
     options: dict[str, Any] = {}
     unknown: list[str] = []
 
-    for key, value in params.items():
+    for key, raw in params.items():
         target = ALIASES.get(key, key)
         if target == "structured_outputs":
-            value = _maybe_json(key, value)
+            value = _maybe_json(key, raw)
             if not isinstance(value, dict):
                 raise ParamError(f"sampling parameter {key!r} must be an object, got {type(value).__name__}")
             bad = sorted(k for k in value if k not in structured_fields)
@@ -74,35 +74,37 @@ def normalize_sampling(
             structured.update({k: v for k, v in value.items() if v is not None})
             sources.append(key)
         elif key in GUIDED:
-            if key == "guided_choice":  # a list may come as JSON text; regex/grammar text is never decoded
-                value = _maybe_json(key, value)
-            structured[GUIDED[key]] = value
+            # a list may come as JSON text; regex/grammar text is never decoded
+            structured[GUIDED[key]] = _maybe_json(key, raw) if key == "guided_choice" else raw
             sources.append(key)
         elif key in GUIDED_OPTIONS:
-            options[GUIDED_OPTIONS[key]] = value
+            options[GUIDED_OPTIONS[key]] = raw
         elif key == "response_format":
-            constraint = response_format_constraint(_maybe_json(key, value))
+            constraint = response_format_constraint(_maybe_json(key, raw))
             if constraint:
                 structured.update(constraint)
                 sources.append(key)
         elif target == "extra_args":
-            value = _maybe_json(key, value)
+            value = _maybe_json(key, raw)
             if not isinstance(value, dict):
                 raise ParamError(f"sampling parameter {key!r} must be an object, got {type(value).__name__}")
             merged = out.setdefault("extra_args", {})
             clash = sorted(set(merged) & set(value))
             if clash:
-                raise ParamError(f"extra_args key(s) {', '.join(map(repr, clash))} given twice (extra_args and vllm_xargs)")
+                raise ParamError(
+                    f"extra_args key(s) {', '.join(map(repr, clash))} given twice (extra_args and vllm_xargs)"
+                )
             merged.update(value)
         elif target in fields:
-            out[target] = value if fields[target] else _maybe_json(key, value)
+            out[target] = raw if fields[target] else _maybe_json(key, raw)
         else:
             unknown.append(key)
     if unknown:
+        spellings = sorted([*GUIDED, *GUIDED_OPTIONS, "response_format", *ALIASES])
         raise ParamError(
             f"unknown sampling parameter(s) {', '.join(repr(k) for k in sorted(unknown))}; "
             f"vLLM's SamplingParams accepts: {', '.join(sorted(fields))} "
-            f"(and structured-output spellings: {', '.join(sorted([*GUIDED, *GUIDED_OPTIONS, 'response_format', *ALIASES]))})"
+            f"(and structured-output spellings: {', '.join(spellings)})"
         )
     constraints = [k for k in structured if k in CONSTRAINT_KEYS]
     if len(sources) > 1 or len(constraints) > 1:
@@ -111,7 +113,8 @@ def normalize_sampling(
             f"setting {', '.join(map(repr, constraints))}"
         )
     if options and not structured:
-        raise ParamError(f"{', '.join(map(repr, [k for k in params if k in GUIDED_OPTIONS]))} needs a guided_* constraint")
+        given = [k for k in params if k in GUIDED_OPTIONS]
+        raise ParamError(f"{', '.join(map(repr, given))} needs a guided_* constraint")
     if structured:
         structured.update(options)
         if "json" in structured and isinstance(structured["json"], str):
@@ -138,7 +141,9 @@ def response_format_constraint(value: Any) -> dict[str, Any]:
     if kind == "json_schema":
         spec = value.get("json_schema")
         if not isinstance(spec, dict) or "schema" not in spec:
-            raise ParamError("'response_format' of type json_schema needs 'json_schema': {'name': ..., 'schema': {...}}")
+            raise ParamError(
+                "'response_format' of type json_schema needs 'json_schema': {'name': ..., 'schema': {...}}"
+            )
         bad = sorted(set(spec) - JSON_SCHEMA_KEYS)
         if bad:
             raise ParamError(f"unknown key(s) {', '.join(map(repr, bad))} in 'response_format.json_schema'")
@@ -151,16 +156,30 @@ def logprobs_json(logprobs: list[dict[int, Any]] | None) -> str:
     [{"<id>": {"logprob", "rank", "decoded_token"}}]); 'null' when logprobs were not requested."""
     if logprobs is None:
         return "null"
-    rows = []
-    for position in logprobs:
-        rows.append({
+    rows = [
+        {
             str(token_id): {
                 "logprob": _finite(lp.logprob),
                 "rank": lp.rank,
                 "decoded_token": lp.decoded_token,
             }
             for token_id, lp in position.items()
-        })
+        }
+        for position in logprobs
+    ]
+    return json.dumps(rows)
+
+
+def prompt_logprobs_json(prompt_logprobs: list | None, prompt_token_ids: list[int]) -> str:
+    """vLLM's prompt_logprobs (position 0 None: nothing precedes the first token) -> logprobs_json's shape,
+    position 0 the first prompt token's id with logprob, rank and decoded_token null, so every position
+    names its token; 'null' when prompt_logprobs were not requested."""
+    if prompt_logprobs is None:
+        return "null"
+    rows = json.loads(logprobs_json([p or {} for p in prompt_logprobs]))
+    if rows and not rows[0] and prompt_token_ids:
+        first = prompt_token_ids[0]
+        rows[0] = {str(first): {"logprob": None, "rank": None, "decoded_token": None}}
     return json.dumps(rows)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 class Step:
     """One streamed (or final) generate output of one request, not yet a Triton response."""
 
-    __slots__ = ("sender", "output", "prefix", "returns", "request_id")
+    __slots__ = ("output", "prefix", "request_id", "returns", "sender")
 
     def __init__(self, sender: Any, output: Any, prefix: str, returns: dict, request_id: str = "") -> None:
         self.sender, self.output, self.prefix, self.returns = sender, output, prefix, returns

@@ -8,4 +8,4 @@ model the tests compare the engine against.
 from tritonpkg_logits.engine import Engine
 from tritonpkg_logits.spec import EXTRA_ARGS_KEY, SpecError, normalize
 
-__all__ = ["Engine", "EXTRA_ARGS_KEY", "SpecError", "normalize"]
+__all__ = ["EXTRA_ARGS_KEY", "Engine", "SpecError", "normalize"]

@@ -23,7 +23,7 @@ except Exception:  # pragma: no cover - depends on the torch build
 if triton is not None:
 
     @triton.jit
-    def _ban_kernel(logits_ptr, mask_ptr, n_cols, logits_stride, mask_stride, BLOCK: tl.constexpr):
+    def _ban_kernel(logits_ptr, mask_ptr, n_cols, logits_stride, mask_stride, BLOCK: tl.constexpr):  # noqa: N803  Triton names constexpr parameters in capitals
         row = tl.program_id(0).to(tl.int64)
         cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         inside = cols < n_cols
@@ -46,7 +46,8 @@ def _unpack_index(vocab_size: int, device: torch.device) -> tuple[torch.Tensor, 
     return cols >> 5, (cols & 31).to(torch.int32)
 
 
-def apply_bitmask(logits: torch.Tensor, packed: torch.Tensor, vocab_size: int, *, use_triton: bool | None = None) -> None:
+def apply_bitmask(logits: torch.Tensor, packed: torch.Tensor, vocab_size: int, *,
+                  use_triton: bool | None = None) -> None:
     """Set ``logits[r, t]`` to -inf where bit ``t`` of row ``r`` is clear, in place; columns past
     ``vocab_size`` (padding) become -inf. ``packed`` may live on the CPU; it is copied over."""
     if packed.device != logits.device:
@@ -72,15 +73,15 @@ class MaskStage:
         self.words = words
         self.host: torch.Tensor | None = None
         self.dev: dict[torch.device, torch.Tensor] = {}
-        self.copied = None  # CUDA event of the last host->device copy
+        self.copied: torch.cuda.Event | None = None  # CUDA event of the last host->device copy
 
     def host_rows(self, n_rows: int) -> torch.Tensor:
         if self.copied is not None:
             self.copied.synchronize()  # the previous step's copy still reads the pinned buffer
             self.copied = None
         if self.host is None or self.host.shape[0] < n_rows:
-            self.host = torch.empty((max(n_rows, 2 * (self.host.shape[0] if self.host is not None else 0), 8), self.words),
-                                    dtype=torch.int32, pin_memory=torch.cuda.is_available())
+            rows = max(n_rows, 2 * (self.host.shape[0] if self.host is not None else 0), 8)
+            self.host = torch.empty((rows, self.words), dtype=torch.int32, pin_memory=torch.cuda.is_available())
         return self.host[:n_rows]
 
     def upload(self, host_rows: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -91,6 +92,6 @@ class MaskStage:
         out = dev[:n_rows]
         out.copy_(host_rows, non_blocking=True)
         if device.type == "cuda":
-            self.copied = torch.cuda.Event()
-            self.copied.record()
+            self.copied = event = torch.cuda.Event()
+            event.record()
         return out

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from tritonpkg_logits import _core
 from tritonpkg_logits.spec import canonical_key, normalize
+
+if TYPE_CHECKING:
+    from tritonpkg_logits.device import MaskStage
 
 
 class Engine:
@@ -19,12 +23,13 @@ class Engine:
     serial code), so there the bitmask of device logits is built on one thread unless N is given.
     """
 
-    def __init__(self, vocab_size: int, eos_ids: Sequence[int], token_bytes: Sequence[bytes] = (), num_threads: int = 0):
+    def __init__(self, vocab_size: int, eos_ids: Sequence[int], token_bytes: Sequence[bytes] = (),
+                 num_threads: int = 0):
         self.vocab_size = vocab_size
         self.eos_ids = sorted(set(eos_ids))
         self.num_threads = num_threads
         self._core = _core.Engine(vocab_size, self.eos_ids, list(token_bytes))
-        self._stage = None  # device bitmask buffers, made on the first non-CPU-float32 apply
+        self._stage: MaskStage | None = None  # device bitmask buffers, made on the first non-CPU-float32 apply
 
     def compile(self, spec: Any) -> int:
         """Handle of the compiled constraint; compiled once per distinct (canonical) spec."""
@@ -35,7 +40,8 @@ class Engine:
             return handle
         kind = spec["type"]
         if kind == "token_dfa":
-            n_states = 1 + max([spec["start"], *spec["accept"], *(t[0] for t in spec["transitions"]), *(t[2] for t in spec["transitions"])])
+            ends = [t[0] for t in spec["transitions"]] + [t[2] for t in spec["transitions"]]
+            n_states = 1 + max([spec["start"], *spec["accept"], *ends])
             return self._core.add_dfa(key, spec["start"], n_states, spec["transitions"], spec["accept"])
         if kind == "choice":
             return self._core.add_choice(key, [c.encode() for c in spec["choices"]])
@@ -88,8 +94,8 @@ class Engine:
 
         if logits.device.type != "cpu" or logits.dtype != torch.float32 or logits.dim() != 2 or logits.stride(1) != 1:
             raise ValueError("Engine.apply needs a 2-D CPU float32 tensor with contiguous rows; use apply_any()")
-        return self._core.apply(logits.data_ptr(), logits.shape[0], logits.shape[1], logits.stride(0), list(slots or ()),
-                                self._threads())
+        return self._core.apply(logits.data_ptr(), logits.shape[0], logits.shape[1], logits.stride(0),
+                                list(slots or ()), self._threads())
 
     def bitmask(self, n_rows: int, slots: Sequence[int] | None = None, out=None):
         """Packed int32 [n_rows, ceil(V/32)] allowed-bitmask built on the CPU (bit set = allowed)."""

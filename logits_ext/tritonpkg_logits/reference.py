@@ -7,7 +7,8 @@ shows up as a difference. Slow on purpose; only the tests use it.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from tritonpkg_logits.spec import SpecError, normalize
 
@@ -21,7 +22,8 @@ class RefEngine:
 
     def compile(self, spec: Any) -> dict:
         spec = normalize(spec)
-        ids = [t[1] for t in spec.get("transitions", [])] + spec.get("tokens", []) + [x for g in spec.get("banned", []) for x in g]
+        ids = [t[1] for t in spec.get("transitions", [])] + spec.get("tokens", [])
+        ids += [x for g in spec.get("banned", []) for x in g]
         if any(i >= self.vocab_size for i in ids):
             raise SpecError("token out of range")
         if spec["type"] == "choice":
@@ -82,7 +84,8 @@ class RefEngine:
         if kind == "ban":
             return [t for t in every if t not in spec["tokens"]]
         if kind == "ngram":
-            banned = {g[-1] for g in spec["banned"] if len(g) - 1 <= len(hist) and hist[len(hist) - len(g) + 1 :] == g[:-1]}
+            banned = {g[-1] for g in spec["banned"]
+                      if len(g) - 1 <= len(hist) and hist[len(hist) - len(g) + 1 :] == g[:-1]}
             run = 0
             while run < len(hist) and hist[-1 - run] == hist[-1]:
                 run += 1

@@ -90,7 +90,8 @@ def normalize(spec: Any) -> dict:
         dead = set(range(n_states)) - {t[0] for t in out} - set(accept)
         if dead:
             raise SpecError(f"token_dfa: state(s) {sorted(dead)[:10]} have no transitions and are not accepting")
-        return {"type": kind, "start": start, "accept": accept, "transitions": sorted(map(list, {tuple(t) for t in out}))}
+        transitions = sorted(map(list, {tuple(t) for t in out}))
+        return {"type": kind, "start": start, "accept": accept, "transitions": transitions}
     if kind == "choice":
         choices = spec["choices"]
         if not isinstance(choices, list) or not choices:
@@ -104,8 +105,8 @@ def normalize(spec: Any) -> dict:
         if not isinstance(banned, list):
             raise SpecError("ngram: banned must be a list of token-id lists")
         grams = []
-        for i, g in enumerate(banned):
-            g = _int_list(g, f"ngram: banned[{i}]")
+        for i, raw in enumerate(banned):
+            g = _int_list(raw, f"ngram: banned[{i}]")
             if not g:
                 raise SpecError(f"ngram: banned[{i}] must not be empty")
             grams.append(g)

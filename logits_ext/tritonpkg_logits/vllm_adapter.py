@@ -22,7 +22,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 import torch
-from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor as V1LogitsProcessor
+from vllm.v1.sample.logits_processor import BatchUpdate
+from vllm.v1.sample.logits_processor import LogitsProcessor as V1LogitsProcessor
 from vllm.v1.sample.logits_processor.interface import MoveDirectionality
 
 try:  # the V2 runner's interface exists from vLLM 0.32
@@ -41,9 +42,10 @@ log = logging.getLogger("tritonpkg_logits")
 EOS_ONLY = {"type": "allow", "tokens": [], "eos": True}
 
 
-def _eos_ids(vllm_config: "VllmConfig", tokenizer) -> list[int]:
+def _eos_ids(vllm_config: VllmConfig, tokenizer) -> list[int]:
     ids: set[int] = set()
-    for src in (getattr(vllm_config.model_config.hf_config, "eos_token_id", None), getattr(tokenizer, "eos_token_id", None)):
+    for src in (getattr(vllm_config.model_config.hf_config, "eos_token_id", None),
+                getattr(tokenizer, "eos_token_id", None)):
         if isinstance(src, int):
             ids.add(src)
         elif isinstance(src, (list, tuple)):
@@ -51,18 +53,19 @@ def _eos_ids(vllm_config: "VllmConfig", tokenizer) -> list[int]:
     return sorted(ids)
 
 
-def _load_tokenizer(vllm_config: "VllmConfig"):
+def _load_tokenizer(vllm_config: VllmConfig):
     mc = vllm_config.model_config
     try:
         from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(mc.tokenizer, trust_remote_code=mc.trust_remote_code, revision=mc.tokenizer_revision)
+        return AutoTokenizer.from_pretrained(mc.tokenizer, trust_remote_code=mc.trust_remote_code,
+                                             revision=mc.tokenizer_revision)
     except Exception as exc:  # choice constraints become unavailable; the others still work
         log.warning("tritonpkg_logits: no tokenizer (%s); 'choice' constraints will end requests at once", exc)
         return None
 
 
-def build_engine(vllm_config: "VllmConfig") -> Engine:
+def build_engine(vllm_config: VllmConfig) -> Engine:
     from tritonpkg_logits.vocab import token_bytes
 
     vocab = vllm_config.model_config.get_vocab_size()
@@ -73,10 +76,10 @@ def build_engine(vllm_config: "VllmConfig") -> Engine:
     return Engine(vocab, eos, token_bytes(tok, vocab) if tok is not None else ())
 
 
-class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):  # type: ignore[misc]
+class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):
     """Token-level constraints (DFA, choice, n-gram, allow/ban lists) for vLLM's V1 and V2 runners."""
 
-    def __init__(self, vllm_config: "VllmConfig", device_or_state: Any, is_pin_memory: bool = False) -> None:
+    def __init__(self, vllm_config: VllmConfig, device_or_state: Any, is_pin_memory: bool = False) -> None:
         # Installed as a plugin, this runs in every vLLM engine of the environment: a model it cannot
         # serve (no EOS id, odd config) must not stop that engine, only its constrained requests.
         try:
@@ -90,14 +93,14 @@ class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):  # type: 
         self.warned_stale = False
 
     @classmethod
-    def validate_params(cls, sampling_params: "SamplingParams") -> None:
+    def validate_params(cls, sampling_params: SamplingParams) -> None:
         """Reject a malformed spec at admission (ValueError -> HTTP 400 in vLLM's server)."""
         from_extra_args(sampling_params.extra_args)
 
     def is_argmax_invariant(self) -> bool:
         return False  # it changes which token wins, so greedy batches must not skip it
 
-    def _handle(self, params: "SamplingParams") -> int | None:
+    def _handle(self, params: SamplingParams) -> int | None:
         if self.engine is None:
             if from_extra_args(params.extra_args) is not None:
                 log.error("tritonpkg_logits: a constrained request reached a disabled processor; it runs unconstrained")
@@ -142,7 +145,7 @@ class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):  # type: 
     def apply(self, logits: torch.Tensor, ctx: Any = None) -> torch.Tensor:
         if ctx is not None:
             return self._apply_v2(logits, ctx)
-        if not self.active:
+        if not self.active or self.engine is None:
             return logits
         stale = self.engine.apply_any(logits)
         if stale and not self.warned_stale:
@@ -156,7 +159,7 @@ class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):  # type: 
         return logits
 
     # ---- V2 runner (GPU only in vLLM 0.32; unit-tested with a stand-in context on the CPU) ----
-    def add_request(self, req_idx: int, sampling_params: "SamplingParams") -> bool:
+    def add_request(self, req_idx: int, sampling_params: SamplingParams) -> bool:
         if self.engine is None:
             return False
         handle = self._handle(sampling_params)
@@ -169,9 +172,9 @@ class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):  # type: 
         return True
 
     def _apply_v2(self, logits: torch.Tensor, ctx: Any) -> torch.Tensor:
-        if not self.active:
-            return logits
         eng, rs = self.engine, self.req_states
+        if not self.active or eng is None or rs is None:
+            return logits
         # One device->host copy (one sync) for the three per-row vectors instead of three.
         mapping, pos, input_ids = torch.stack(
             (ctx.expanded_idx_mapping.long(), ctx.pos.long(), ctx.input_ids.long())).tolist()

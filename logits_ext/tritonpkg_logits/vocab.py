@@ -7,14 +7,14 @@ import re
 
 def _byte_level_decoder() -> dict[str, int]:
     # GPT-2 style byte-level BPE shows each byte as a printable character; invert that table.
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     chars, n = list(keep), 0
     for b in range(256):
         if b not in keep:
             keep.append(b)
             chars.append(256 + n)
             n += 1
-    return {chr(c): b for b, c in zip(keep, chars)}
+    return {chr(c): b for b, c in zip(keep, chars, strict=True)}
 
 
 _BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
@@ -26,7 +26,8 @@ def token_bytes(tokenizer, vocab_size: int | None = None) -> list[bytes]:
     pieces = tokenizer.convert_ids_to_tokens(list(range(min(size, len(tokenizer)))))
     special = set(getattr(tokenizer, "all_special_ids", []) or [])
     table = _byte_level_decoder()
-    byte_level = sum(1 for p in pieces if p and "Ġ" in p) > 0 or all(p is None or all(ch in table for ch in p) for p in pieces[:2000])
+    byte_level = any(p and "Ġ" in p for p in pieces) or all(
+        p is None or all(ch in table for ch in p) for p in pieces[:2000])
     out: list[bytes] = []
     for i, piece in enumerate(pieces):
         if piece is None or i in special:
