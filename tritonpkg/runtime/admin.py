@@ -17,9 +17,11 @@ from pathlib import Path
 
 from tritonpkg import private
 from tritonpkg.errors import RuntimeSetupError
+from tritonpkg.proc.admin_header import GRPC_PREFIX, HEADER, grpc_headers, http_headers
 
-HEADER = "admin-key"  # HTTP header name; gRPC metadata is GRPC_PREFIX + HEADER
-GRPC_PREFIX = "triton-grpc-protocol-"
+__all__ = ["GRPC_PREFIX", "HEADER", "KEY_FILE", "RESTRICTED", "check_key", "ensure_key", "grpc_headers",
+           "http_headers", "new_key", "read_key", "restricted_args", "server_args", "write_key"]
+
 RESTRICTED = ("model-repository", "logging", "trace", "shared-memory", "statistics")
 KEY_FILE = "admin-key"
 _KEY = re.compile(r"[A-Za-z0-9_-]{16,256}")  # ':', '=' and ',' would split Triton's option value
@@ -46,15 +48,6 @@ def restricted_args(value: str) -> list[str]:
     the container runtime expands (Kubernetes' `$(VAR)` from a Secret)."""
     groups = ",".join(RESTRICTED)
     return [f"--http-restricted-api={groups}:{HEADER}={value}", f"--grpc-restricted-protocol={groups}:{HEADER}={value}"]
-
-
-def http_headers(key: str | None) -> dict[str, str]:
-    return {HEADER: key} if key else {}
-
-
-def grpc_headers(key: str | None) -> dict[str, str]:
-    """What tritonclient.grpc's `headers=` takes (sent as call metadata)."""
-    return {GRPC_PREFIX + HEADER: key} if key else {}
 
 
 def write_key(folder: Path, key: str) -> Path:

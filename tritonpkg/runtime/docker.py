@@ -4,8 +4,8 @@ runs instead of the local CPU runtime. Nothing is executed here; the command is 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from tritonpkg.errors import RuntimeSetupError
 from tritonpkg.runtime import admin
@@ -58,7 +58,8 @@ def docker_command(
         if path not in seen:
             seen.add(path)
             argv += ["-v", f"{path}:{path}:ro"]
-    argv += [image, "tritonserver", f"--model-repository={CONTAINER_REPO}", *admin.server_args(admin_key or admin.new_key())]
+    argv += [image, "tritonserver", f"--model-repository={CONTAINER_REPO}",
+             *admin.server_args(admin_key or admin.new_key())]
     return argv
 
 

@@ -18,12 +18,9 @@ LC_ALL=C.UTF-8 and PYTHONUTF8=1). A model.py that imports torch or vLLM must the
 from __future__ import annotations
 
 import os
-import sys
-import sysconfig
-from pathlib import Path
-from typing import Mapping
+from collections.abc import Mapping
 
-from tritonpkg.errors import RuntimeSetupError
+from tritonpkg.proc.interpreter import interpreter_bin_dir, interpreter_lib_dir
 from tritonpkg.runtime.layout import Runtime
 
 STUB_LOCALE_NOTE = (
@@ -33,37 +30,9 @@ STUB_LOCALE_NOTE = (
 )
 
 
-def interpreter_lib_dir() -> Path | None:
-    libdir = sysconfig.get_config_var("LIBDIR")
-    return Path(libdir) if libdir else None
-
-
-def libpython() -> Path | None:
-    """The shared libpython the stub will load from LIBDIR, or None when this Python has none there."""
-    libdir, soname = interpreter_lib_dir(), sysconfig.get_config_var("INSTSONAME")
-    if libdir is None or not soname:
-        return None
-    path = libdir / soname
-    return path if path.exists() else None
-
-
-def interpreter_bin_dir() -> Path:
-    """The directory whose `python3` is this interpreter (the venv's bin/ inside a virtualenv)."""
-    bindir = Path(sys.executable).parent
-    if not (bindir / "python3").exists():
-        raise RuntimeSetupError(
-            "the Python-backend stub finds its interpreter as `python3` on PATH, and this "
-            "interpreter's directory has none",
-            file=bindir,
-            expected=f"a python3 next to {sys.executable} (e.g. run from a virtualenv)",
-        )
-    return bindir
-
-
 def _prepend(first: list[str], existing: str | None) -> str:
     items = first + [p for p in (existing or "").split(os.pathsep) if p]
-    seen: set[str] = set()
-    return os.pathsep.join(p for p in items if not (p in seen or seen.add(p)))
+    return os.pathsep.join(dict.fromkeys(items))  # first occurrence of each, in order
 
 
 def server_environment(rt: Runtime, base: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -8,16 +8,16 @@ from pathlib import Path
 
 from tritonpkg import paths
 from tritonpkg.errors import RuntimeSetupError
+from tritonpkg.proc.interpreter import libpython
 from tritonpkg.runtime.backends import current_python
 from tritonpkg.runtime.ensure import find_runtime
-from tritonpkg.runtime.environment import libpython
 from tritonpkg.runtime.layout import PIP_HINT, Runtime
 from tritonpkg.runtime.source import locate_source
 
 
 def backend_entries(rt: Runtime) -> list[dict]:
     """Each folder of the backend directory: Triton's `python`, or a toolkit backend and where it points."""
-    out = []
+    out: list[dict] = []
     if not rt.backend_dir.is_dir():
         return out
     for entry in sorted(rt.backend_dir.iterdir()):

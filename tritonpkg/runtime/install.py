@@ -44,7 +44,7 @@ def install_server(src: RuntimeSource, cache: Path) -> Path:
         _sweep_leftovers(cache)
         remove_tree(root)  # a directory without a marker is a leftover, not a runtime
         stage = Path(tempfile.mkdtemp(prefix=f".stage-{root.name}-", dir=cache))
-        os.chmod(stage, 0o755)  # mkdtemp makes it private; the runtime is read by whoever runs it
+        os.chmod(stage, 0o755)  # noqa: S103  mkdtemp makes it private; the runtime is read by whoever runs it
         try:
             _populate(src, stage)
             os.rename(stage, root)

@@ -7,27 +7,36 @@ import os
 import tempfile
 import time
 import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Literal, Mapping, Sequence
+from typing import Literal
 
 from tritonpkg.errors import RuntimeSetupError
-from tritonpkg.runtime import admin, rest
+from tritonpkg.proc import rest
+from tritonpkg.proc.group import ProcessGroup
+from tritonpkg.proc.logtail import error_lines, tail
+from tritonpkg.proc.ports import free_ports, require_free
+from tritonpkg.runtime import admin
 from tritonpkg.runtime.environment import server_environment
 from tritonpkg.runtime.layout import Runtime
-from tritonpkg.runtime.logtail import error_lines, tail
-from tritonpkg.runtime.ports import free_ports, require_free
-from tritonpkg.runtime.supervisor import ProcessGroup
+from tritonpkg.runtime.loading import LoadLog, ModelLoad
 
-ModelControl = Literal["none", "explicit"]
+ModelControl = Literal["none", "poll", "explicit"]
+MODEL_CONTROLS = ("none", "poll", "explicit")
 PORT_RETRIES = 3
 HTTP_THREADS = 16
+# Triton's own --exit-timeout-secs default: a vLLM engine on a busy host takes more than a few seconds to wind down.
+EXIT_TIMEOUT_S = 30
+LOAD_REQUEST_TIMEOUT = 3600.0  # seconds one load request may take when start-up has no bound
 
 
 class ServerStartError(RuntimeSetupError):
     """The server process started but did not become ready; `file` is its log, `log_tail` its end."""
 
-    def __init__(self, message: str, *, log_path: Path | None, errors: list[str], log_tail: str) -> None:
+    def __init__(self, message: str, *, log_path: Path | None, errors: list[str], log_tail: str,
+                 failed: ModelLoad | None = None) -> None:
         self.errors = errors
+        self.failed = failed  # the model whose load failed, when Triton said so
         self.log_tail = log_tail
         cause = "\n".join(errors) if errors else "(no error lines logged)"
         super().__init__(f"{message}\nerrors logged by tritonserver:\n{cause}\n--- last log lines ---\n{log_tail}",
@@ -36,8 +45,9 @@ class ServerStartError(RuntimeSetupError):
 
 class TritonServer:
     """A tritonserver process serving `repo`. Use as a context manager; ports left as None are chosen
-    free on loopback at start(). In "none" mode every model in the repository loads at start and one
-    failing model fails the start; in "explicit" mode only `load_models` load, and load_model() adds more."""
+    free on loopback at start(). In "none" (and "poll") mode every model in the repository loads at start and
+    one failing model fails the start, as soon as Triton logs it; in "explicit" mode only `load_models` load,
+    and load_model() adds more. `startup_timeout` None waits as long as the server runs and no load failed."""
 
     def __init__(
         self,
@@ -48,21 +58,25 @@ class TritonServer:
         metrics_port: int | None = None,
         model_control: ModelControl = "none",
         load_models: list[str] | None = None,
-        startup_timeout: float = 120.0,
+        startup_timeout: float | None = 120.0,
         log_path: str | Path | None = None,
         extra_args: Sequence[str] = (),
         host: str = "127.0.0.1",
-        exit_timeout: int = 5,
+        exit_timeout: int = EXIT_TIMEOUT_S,
         metrics_host: str | None = None,
         env: Mapping[str, str] | None = None,
         admin_key: str | None = None,
+        log_verbose: int = 0,
+        metrics: bool = True,
+        on_progress: Callable[[dict[str, ModelLoad]], None] | None = None,
     ) -> None:
         self.repo = Path(repo).absolute()
         if not self.repo.is_dir():
-            raise RuntimeSetupError("model repository not found", file=self.repo, expected="a directory of model folders")
-        if model_control not in ("none", "explicit"):
+            raise RuntimeSetupError("model repository not found", file=self.repo,
+                                    expected="a directory of model folders")
+        if model_control not in MODEL_CONTROLS:
             raise RuntimeSetupError(f"unknown model control mode {model_control!r}", field="model_control",
-                                    expected="'none' or 'explicit'")
+                                    expected="'none', 'poll' or 'explicit'")
         if load_models and model_control != "explicit":
             raise RuntimeSetupError("load_models only applies when models are loaded on request",
                                     field="load_models", expected="model_control='explicit'")
@@ -70,6 +84,9 @@ class TritonServer:
         self.model_control = model_control
         self.load_models = list(load_models or [])
         self.startup_timeout = startup_timeout
+        self.log_verbose = log_verbose
+        self.metrics = metrics  # Triton's own metrics endpoint (--allow-metrics)
+        self.on_progress = on_progress  # sees Triton's per-model load states while it starts
         self.extra_args = list(extra_args)
         self.host = host
         # `tritonpkg serve` keeps Triton's metrics on loopback and publishes a merged /metrics instead.
@@ -89,7 +106,7 @@ class TritonServer:
     # -- addresses -------------------------------------------------------------------------------
     @property
     def _client_host(self) -> str:
-        return "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        return "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host  # noqa: S104  maps the wildcard
 
     @property
     def http_url(self) -> str:
@@ -101,7 +118,8 @@ class TritonServer:
 
     @property
     def metrics_url(self) -> str:
-        host = "127.0.0.1" if self.metrics_host in ("0.0.0.0", "") else self.metrics_host
+        """Triton's own metrics (nothing answers there when started with metrics=False)."""
+        host = "127.0.0.1" if self.metrics_host in ("0.0.0.0", "") else self.metrics_host  # noqa: S104  maps the wildcard
         return f"http://{host}:{self.metrics_port}/metrics"
 
     @property
@@ -132,12 +150,14 @@ class TritonServer:
             f"--http-port={self.http_port}", f"--grpc-port={self.grpc_port}", f"--metrics-port={self.metrics_port}",
             f"--http-address={self.host}", f"--grpc-address={self.host}", f"--metrics-address={self.metrics_host}",
             "--allow-gpu-metrics=false",  # no GPU here or NVML-less hosts: silences DCGM retries
-            "--log-verbose=0",
+            f"--log-verbose={self.log_verbose}",
             # On SIGTERM Triton waits up to this long for in-flight requests *and* for idle keep-alive
             # HTTP connections (a tritonclient.http client left open); its default is 30 s.
             f"--exit-timeout-secs={self.exit_timeout}",
             *admin.server_args(self.admin_key),
         ]
+        if not self.metrics:
+            argv.append("--allow-metrics=false")
         if not any(a.startswith("--http-thread-count") for a in self.extra_args):
             # Each HTTP generate_stream holds one HTTP worker for the whole stream; Triton's default of 8
             # queues the 9th concurrent stream behind the first eight (seen: 16 streams, TTFT x55); 64 threads
@@ -146,7 +166,7 @@ class TritonServer:
         argv += [f"--load-model={name}" for name in self.load_models]
         return argv + self.extra_args
 
-    def start(self) -> "TritonServer":
+    def start(self) -> TritonServer:
         if self.running:
             return self
         if self.log_path is None:
@@ -175,37 +195,57 @@ class TritonServer:
         return self.runtime
 
     def _choose_ports(self) -> None:
-        fresh = iter(free_ports(3, "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host))
+        wildcard = self.host in ("0.0.0.0", "")  # noqa: S104  tests for the wildcard, binds nothing
+        fresh = iter(free_ports(3, "127.0.0.1" if wildcard else self.host))
         for field, value in self._requested.items():
-            port = value if value else next(fresh)
-            require_free(port, (self.metrics_host if field == "metrics_port" else self.host) or "0.0.0.0", field)
+            port = value or next(fresh)
+            host = (self.metrics_host if field == "metrics_port" else self.host) or "0.0.0.0"  # noqa: S104  Triton's default
+            require_free(port, host, field)
             setattr(self, field, port)
 
     def _launch_and_wait(self) -> None:
         rt = self._rt()
         env = {**server_environment(rt), **self.env}
-        self._group = ProcessGroup(self.command(), env, self.log_path)  # type: ignore[arg-type]
+        log = self.log_path
+        if log is None:
+            raise RuntimeSetupError("no log file chosen before the launch", field="log_path")
+        watch = LoadLog(log, offset=log.stat().st_size if log.exists() else 0)
+        self._group = ProcessGroup(self.command(), env, log)
         self._group.start()
-        probe = "/v2/health/ready" if self.model_control == "none" or self.load_models else "/v2/health/live"
-        deadline = time.monotonic() + self.startup_timeout
+        probe = "/v2/health/ready" if self.model_control != "explicit" or self.load_models else "/v2/health/live"
+        deadline = None if self.startup_timeout is None else time.monotonic() + self.startup_timeout
+        seen: dict[str, str] = {}
         try:
             while True:
+                models = watch.poll()
+                if self.on_progress is not None and {n: m.state for n, m in models.items()} != seen:
+                    seen = {n: m.state for n, m in models.items()}
+                    self.on_progress(dict(models))
+                for failed in watch.failed():
+                    self._fail(f"model {failed.name!r} version {failed.version} failed to load: {failed.reason}",
+                               failed)
                 code = self._group.poll()
                 if code is not None:
+                    watch.poll()
+                    for failed in watch.failed():
+                        self._fail(f"model {failed.name!r} version {failed.version} failed to load: "
+                                   f"{failed.reason}", failed)
                     self._fail(f"tritonserver exited with code {code} before it was ready")
                 if rest.ok(self.http_url + probe, timeout=1.0):
                     return
-                if time.monotonic() > deadline:
-                    self._fail(f"tritonserver was not ready within {self.startup_timeout:g} s")
+                if deadline is not None and time.monotonic() > deadline:
+                    still = ", ".join(f"{m.name} (loading)" for m in watch.loading())
+                    self._fail(f"tritonserver was not ready within {self.startup_timeout:g} s"
+                               + (f"; still loading: {still}" if still else ""))
                 time.sleep(0.1)
         except BaseException:
             self._group.stop(grace=5.0)
             raise
 
-    def _fail(self, what: str) -> None:
+    def _fail(self, what: str, failed: ModelLoad | None = None) -> None:
         self._last_tail = self.log_tail(25)
         errors = error_lines(self.log_path) if self.log_path else []
-        raise ServerStartError(what, log_path=self.log_path, errors=errors, log_tail=self._last_tail)
+        raise ServerStartError(what, log_path=self.log_path, errors=errors, log_tail=self._last_tail, failed=failed)
 
     def stop(self, grace: float | None = None) -> int | None:
         """SIGTERM the server's process group, wait (default: the server's exit timeout + 10 s), SIGKILL
@@ -218,7 +258,12 @@ class TritonServer:
             self.log_path.unlink(missing_ok=True)  # keep the log only when something went wrong
         return code
 
-    def __enter__(self) -> "TritonServer":
+    def detach(self) -> None:
+        """Let the server outlive this interpreter (no stop at exit): its recorded process group is stopped later."""
+        if self._group is not None:
+            self._group.detach()
+
+    def __enter__(self) -> TritonServer:
         try:
             return self.start()
         except BaseException:
@@ -232,7 +277,7 @@ class TritonServer:
     def load_model(self, name: str) -> tuple[bool, str]:
         """Explicit mode: ask the server to load `name`; (loaded?, the server's error message)."""
         code, body = rest.request("POST", f"{self.http_url}/v2/repository/models/{_q(name)}/load",
-                                  timeout=self.startup_timeout, headers=self.admin_headers)
+                                  timeout=self.startup_timeout or LOAD_REQUEST_TIMEOUT, headers=self.admin_headers)
         if code == 0:
             return False, f"no answer from {self.http_url}; last log lines:\n{self.log_tail(20)}"
         return code == 200, "" if code == 200 else rest.error_text(body)

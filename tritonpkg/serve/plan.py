@@ -1,5 +1,5 @@
-"""The start-up procedure of `tritonpkg serve`, as pure plans: which steps run, in which order, with
-which settings. tritonpkg.runtime.stack runs them.
+"""The start-up procedure of a serving unit (`tritonpkg serve`, `tritonpkg demo`, a local deploy unit), as
+pure plans: which steps run, in which order, with which settings. tritonpkg.serve.stack runs them.
 
 Planning happens twice because what a package asks for is only known once it is safely unpacked and
 verified: `plan_prepare` (from the options alone) gets the repository onto disk and checked, then
@@ -19,7 +19,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tritonpkg.frontend.auth import exposure_warning
-from tritonpkg.runtime.unpack import DEFAULT_MAX_BYTES, DEFAULT_MAX_MEMBERS
+from tritonpkg.runtime.server import EXIT_TIMEOUT_S
+from tritonpkg.serve.triton_options import TritonOptions
+from tritonpkg.serve.unpack import DEFAULT_MAX_BYTES, DEFAULT_MAX_MEMBERS
 
 ExecutionMode = Literal["embedded", "separate"]
 # "plan" only labels notes about the plan itself (what will not happen, and why); it runs nothing.
@@ -28,8 +30,9 @@ DEFAULT_MODE: ExecutionMode = "embedded"
 
 
 class StartupOptions(BaseModel):
-    """Everything `tritonpkg serve` was asked for. Ports: 0 picks a free one. None for execution_mode or
-    openai means: what the package asks for (its lock), else embedded without the OpenAI API."""
+    """Everything a start-up was asked for. Ports: 0 picks a free one. None for execution_mode or openai
+    means: what the package asks for (its lock), else embedded without the OpenAI API. startup_timeout None:
+    wait as long as Triton runs and reports models loading (a failed load ends the start at once)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -44,13 +47,20 @@ class StartupOptions(BaseModel):
     state_dir: Path | None = Field(default=None, description="unpacked package and metrics files; None: a temp dir")
     weights_root: Path | None = Field(default=None, description="where remote weights are materialized")
     multiproc_dir: Path | None = Field(default=None, description="PROMETHEUS_MULTIPROC_DIR; None: env or state dir")
-    startup_timeout: float = Field(default=120.0, gt=0)
+    startup_timeout: float | None = Field(default=None, gt=0, description="upper bound on Triton's start")
+    triton: TritonOptions = Field(default_factory=TritonOptions, description="tritonserver options beyond ours")
+    merged_metrics: bool = Field(default=True, description="open the public merged /metrics (a deploy unit's "
+                                                           "gate reads Triton's own instead)")
+    log_path: Path | None = Field(default=None, description="tritonserver's log; None: a temp file kept on failure")
+    exit_timeout: int = Field(default=EXIT_TIMEOUT_S, ge=0, le=3600, description="Triton's --exit-timeout-secs")
     max_members: int = Field(default=DEFAULT_MAX_MEMBERS, ge=1, description="refuse archives with more members")
     max_bytes: int = Field(default=DEFAULT_MAX_BYTES, ge=1, description="refuse archives that expand to more")
     install_plugins: bool = True
     openai_api_key: str | None = Field(default=None, repr=False, min_length=1, max_length=1024,
                                        description="bearer key every /v1 route of the OpenAI API requires; None: open")
     max_request_bytes: int = Field(default=16 * 1024 * 1024, ge=1024, description="largest OpenAI request body")
+    admin_key_dir: Path | None = Field(default=None, description="a folder that keeps the admin key (one key for "
+                                                                 "several units, as deploy's); None: the state dir")
     admin_key: str | None = Field(default=None, repr=False,
                                   description="Triton's admin-API key (tritonpkg.runtime.admin); None: a new one")
     metrics_token: str | None = Field(default=None, repr=False, min_length=16, max_length=4096,
@@ -108,8 +118,17 @@ def plan_serve(options: StartupOptions, facts: PackageFacts) -> StartupPlan:
         plan.notes.append(f"the lock names {facts.recorded_wheels} plugin wheel(s) that only a package archive "
                           "carries; they must already be installed")
     plan.steps.append(Step("metrics_dir", "clear the Prometheus multiprocess directory"))
-    plan.steps.append(Step("triton", "start Triton; public HTTP/gRPC ports stay closed until every model is ready"))
-    plan.steps.append(Step("metrics", "open the merged /metrics (Triton + vLLM)"))
+    t = options.triton
+    if t.model_control_mode != "explicit":
+        gate = "closed until every model is ready"
+    elif t.load_models:
+        gate = f"closed until {', '.join(t.load_models)} {'is' if len(t.load_models) == 1 else 'are'} ready"
+    else:
+        gate = "closed until Triton is live (explicit model control, no model named)"
+    plan.steps.append(Step("triton", f"start Triton; public HTTP/gRPC ports stay {gate}"))
+    if options.merged_metrics:
+        served = "Triton + vLLM" if t.metrics else "vLLM only: Triton's own metrics are off"
+        plan.steps.append(Step("metrics", f"open the merged /metrics ({served})"))
     if openai and mode == "embedded":
         plan.steps.append(Step("frontend", "open the OpenAI-compatible API"))
         warning = exposure_warning(options.host, options.openai_port, options.openai_api_key is not None)

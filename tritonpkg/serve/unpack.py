@@ -6,7 +6,8 @@ one streaming pass checks each member before anything of it is written — its n
 written through a link — and stops as soon as the member count or the expanded size, extended headers
 included, passes its limit (a gzip bomb is refused without being inflated; a GNU long-name or pax header
 is refused by its declared size before tarfile reads it). Members are written by this module, not by
-tarfile, so owners never reach the disk and permission bits only narrow (no setuid, no group/other write). Everything lands in a staging folder beside the target that is renamed into
+tarfile, so owners never reach the disk and permission bits only narrow (no setuid, no group/other
+write). Everything lands in a staging folder beside the target that is renamed into
 place only when the whole archive passed: a refused archive leaves no half-unpacked target."""
 
 from __future__ import annotations
@@ -74,14 +75,15 @@ def unpack_archive(archive: str | Path, target: str | Path, limits: UnpackLimits
     """Extract `archive` into `target` (which must not exist yet) and return what it holds."""
     archive, target = Path(archive), Path(target).absolute()
     if not archive.is_file():
-        raise PackageError("package archive not found", file=archive, expected="a .tar.gz from `tritonpkg package --archive`")
+        raise PackageError("package archive not found", file=archive,
+                           expected="a .tar.gz from `tritonpkg package --archive`")
     if target.exists():
         raise PackageError("unpack target already exists", file=target, expected="a path that does not exist yet")
     target.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.unpack-", dir=target.parent))
     try:
         result = _extract(archive, stage, limits)
-        os.chmod(stage, 0o755)
+        os.chmod(stage, 0o755)  # noqa: S103  mkdtemp makes it private; the served package is read by the server
         os.rename(stage, target)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
@@ -138,7 +140,7 @@ def _bounded_tarinfo(budget: _Budget) -> type[tarfile.TarInfo]:
     class BoundedTarInfo(tarfile.TarInfo):
         def _proc_member(self, tarfile_):
             budget.header(self)
-            return super()._proc_member(tarfile_)
+            return super()._proc_member(tarfile_)  # type: ignore[misc] # tarfile's hook, not in typeshed
 
         _proc_sparse = _proc_gnusparse_00 = _proc_gnusparse_01 = _proc_gnusparse_10 = sparse
 
@@ -151,7 +153,7 @@ def _extract(archive: Path, stage: Path, limits: UnpackLimits) -> UnpackedPackag
     links: set[str] = set()
     budget = _Budget(archive, limits)
     try:
-        tar = tarfile.open(archive, mode="r:*", tarinfo=_bounded_tarinfo(budget))
+        tar = tarfile.open(archive, mode="r:*", tarinfo=_bounded_tarinfo(budget))  # noqa: SIM115  `with tar:` below
     except (tarfile.TarError, OSError) as exc:
         raise UnsafeArchiveError(f"not a readable tar archive: {exc}", file=archive,
                                  expected="a .tar.gz from `tritonpkg package --archive`") from exc
@@ -174,7 +176,7 @@ def _extract(archive: Path, stage: Path, limits: UnpackLimits) -> UnpackedPackag
                 budget.take(member.size, f"member {safepath.quote(name)}")
             try:
                 if member.isfile():
-                    _write_file(tar, member, stage / name)
+                    _write_file(archive, tar, member, stage / name)
                     result.files += 1
                 elif member.isdir():
                     (stage / name).mkdir(parents=True, exist_ok=True)
@@ -241,10 +243,12 @@ def _check_link_target(member: tarfile.TarInfo, name: str, archive: Path) -> Non
                                  expected="links to members inside the archive") from None
 
 
-def _write_file(tar: tarfile.TarFile, member: tarfile.TarInfo, path: Path) -> None:
+def _write_file(archive: Path, tar: tarfile.TarFile, member: tarfile.TarInfo, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     src = tar.extractfile(member)
-    assert src is not None
+    if src is None:
+        raise UnsafeArchiveError(f"{safepath.quote(member.name)} has no readable contents", file=archive,
+                                 expected="regular file members")
     mode = (stat.S_IMODE(member.mode) & 0o755) | stat.S_IRUSR  # never wider than the archive says, never setuid
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     with os.fdopen(fd, "wb") as out:

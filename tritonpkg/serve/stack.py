@@ -1,6 +1,7 @@
-"""`ServingStack`: run the start-up plan of tritonpkg.runtime.startup and hold what it started — the
+"""`ServingStack`: run the start-up plan of tritonpkg.serve.plan and hold what it started — the
 unpacked package, the Triton child, the merged /metrics and (embedded mode) the OpenAI frontend — so that
-one stop() ends all of it in reverse order, whichever step failed."""
+one stop() ends all of it in reverse order, whichever step failed. It is the one way a serving unit comes
+up: `tritonpkg serve`, `tritonpkg demo` and the local deploy driver's units."""
 
 from __future__ import annotations
 
@@ -10,15 +11,23 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from tritonpkg import private
 from tritonpkg.errors import RuntimeSetupError
 from tritonpkg.repository import lock as lock_mod
-from tritonpkg.runtime.startup import PackageFacts, StartupOptions, StartupPlan, Step, packaged_serving, plan_prepare, \
-    plan_serve
+from tritonpkg.serve.plan import (
+    PackageFacts,
+    StartupOptions,
+    StartupPlan,
+    Step,
+    packaged_serving,
+    plan_prepare,
+    plan_serve,
+)
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 METRICS_WAIT = 60.0  # seconds for Triton's metrics to name every ready model before the public /metrics opens
@@ -31,7 +40,7 @@ class Warn(str):
 @dataclass
 class StepEvent:
     step: Step
-    state: Literal["start", "done", "warn"]
+    state: Literal["start", "done", "warn", "progress"]  # progress: the running step's detail changed
     seconds: float = 0.0
     detail: str = ""
 
@@ -62,7 +71,7 @@ class ServingStack:
         self.admin_key_file: Path | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
-    def start(self) -> "ServingStack":
+    def start(self) -> ServingStack:
         began = time.monotonic()
         try:
             source = self._source()
@@ -80,6 +89,17 @@ class ServingStack:
             raise
         self.startup_seconds = time.monotonic() - began
         return self
+
+    def detach(self) -> None:
+        """Leave Triton running past this interpreter, with the files it serves from: whoever recorded its
+        process group (the deploy state) stops it later."""
+        if self.server is not None:
+            self.server.detach()
+        self._scratch.clear()
+        self._own_state = False
+        if self._claim is not None:
+            self._claim.release()
+            self._claim = None
 
     def stop(self) -> int | None:
         """Close the public endpoints first, then Triton, then remove what start() unpacked."""
@@ -102,7 +122,7 @@ class ServingStack:
         self._scratch.clear()
         return code
 
-    def __enter__(self) -> "ServingStack":
+    def __enter__(self) -> ServingStack:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -154,8 +174,14 @@ class ServingStack:
         self._scratch.append(path)
         return path
 
+    def _repo(self) -> Path:
+        if self.repository is None:
+            raise RuntimeSetupError("no repository to serve yet", file=self.options.source,
+                                    expected="the unpack or verify step first")
+        return self.repository
+
     def _step_unpack(self) -> str:
-        from tritonpkg.runtime.unpack import UnpackLimits, unpack_archive
+        from tritonpkg.serve.unpack import UnpackLimits, unpack_archive
 
         limits = UnpackLimits(max_members=self.options.max_members, max_bytes=self.options.max_bytes)
         self._unpacked = unpack_archive(self.options.source, self._scratch_dir("package"), limits)
@@ -163,22 +189,22 @@ class ServingStack:
         return f"{self._unpacked.files} files, {self._unpacked.bytes} bytes, {len(self._unpacked.wheels)} wheel(s)"
 
     def _step_verify(self) -> str:
-        assert self.repository is not None
+        repository = self._repo()
         if self._unpacked is not None:
-            from tritonpkg.runtime.unpack import verify_unpacked
+            from tritonpkg.serve.unpack import verify_unpacked
 
             verify_unpacked(self._unpacked, self.options.source)
             return "every file matches the lock"
-        if not (self.repository / lock_mod.LOCK_NAME).is_file():
+        if not (repository / lock_mod.LOCK_NAME).is_file():
             return Warn("no tritonpkg.lock.json: files not verified")
-        problems = lock_mod.verify(self.repository)
+        problems = lock_mod.verify(repository)
         if problems:
             return Warn(f"{len(problems)} file(s) differ from the lock: " + "; ".join(problems[:5]))
         return "every file the lock names matches"
 
     def _facts(self) -> PackageFacts:
-        assert self.repository is not None
-        lock = lock_mod.read(self.repository)
+        repository = self._repo()
+        lock = lock_mod.read(repository)
         mode, openai = packaged_serving(lock)
         recorded = {p.get("wheel") for m in lock.get("models", {}).values() for v in m.get("versions", {}).values()
                     for p in v.get("plugins", []) if isinstance(p, dict) and p.get("wheel")}
@@ -187,26 +213,30 @@ class ServingStack:
 
     def _step_weights(self) -> str:
         from tritonpkg import paths
-        from tritonpkg.runtime.weights import ensure_weights, plan_weights, read_engine_args
+        from tritonpkg.serve import weights as w
 
-        assert self.repository is not None
-        actions = plan_weights(read_engine_args(self.repository))
+        repository = self._repo()
+        actions = w.plan_weights(w.read_engine_args(repository))
+        adapters = w.plan_adapters(w.read_multi_lora(repository))
         if not actions:
             return "no vLLM model"
-        if self._unpacked is None and any(a.kind == "materialize" for a in actions):
-            # model.json gets the local weights path: rewrite a copy, never the user's folder
+        remote = any(a.kind == "materialize" for a in actions) or any(a.kind == "materialize" for a in adapters)
+        if self._unpacked is None and remote:
+            # model.json / multi_lora.json get the local paths: rewrite a copy, never the user's folder
             copy = self._scratch_dir("repository")
-            shutil.copytree(self.repository, copy, symlinks=True)
-            self.repository = copy
+            shutil.copytree(repository, copy, symlinks=True)
+            self.repository = repository = copy
         root = self.options.weights_root or paths.cache_dir() / "weights"
-        self.weights = ensure_weights(self.repository, actions, root)
+        self.weights = w.ensure_weights(repository, actions, root) + w.ensure_adapters(repository, adapters, root)
         return "; ".join(f"{r.model_json}: {r.kind} {r.path} ({r.detail})" for r in self.weights)
 
     def _step_plugins(self) -> str:
         from tritonpkg.plugins import install_bundled
 
-        assert self._unpacked is not None and self.repository is not None
-        installed = install_bundled(self._unpacked.wheels_dir, lock=self.repository / lock_mod.LOCK_NAME)
+        if self._unpacked is None:  # the plan has this step only for an unpacked archive's wheels
+            raise RuntimeSetupError("no unpacked package to install plugin wheels from", field="plugins")
+        repository = self._repo()
+        installed = install_bundled(self._unpacked.wheels_dir, lock=repository / lock_mod.LOCK_NAME)
         return ", ".join(f"{p.name} {p.version} {p.action}" for p in installed) or "nothing to install"
 
     def _step_metrics_dir(self) -> str:
@@ -218,41 +248,59 @@ class ServingStack:
         return str(self.multiproc_dir)
 
     def _step_triton(self) -> str:
-        """Triton binds the public HTTP/gRPC ports itself: in model-control mode "none", Triton 2.51 loads
-        every model inside server creation and only then starts its endpoints (measured here: a model
-        sleeping 8 s in initialize, ports refused until 9.5 s, then open; a model failing to load makes
-        the server exit without ever opening them), so no forwarder is needed for the readiness gate."""
+        """Triton binds the public HTTP/gRPC ports itself: in model-control mode "none" (and "poll", and the
+        models named in "explicit"), Triton 2.51 loads them inside server creation and only then starts its
+        endpoints (measured here: a model sleeping 8 s in initialize, ports refused until 9.5 s, then open; a
+        model failing to load makes the server exit without ever opening them), so no forwarder is needed
+        for the readiness gate."""
+        from tritonpkg.proc.ports import require_free
+        from tritonpkg.runtime import admin
         from tritonpkg.runtime.ensure import ensure_runtime
-        from tritonpkg.runtime.ports import require_free
         from tritonpkg.runtime.server import TritonServer
 
         o = self.options
         # Fail before a model load that can take minutes, not after it.
-        for name, port in (("metrics_port", o.metrics_port), ("openai_port", self._wants_frontend() and o.openai_port)):
+        public = (("metrics_port", o.merged_metrics and o.metrics_port),
+                  ("openai_port", self._wants_frontend() and o.openai_port))
+        for name, port in public:
             if port:
-                require_free(port, o.host or "0.0.0.0", name)
-        from tritonpkg.runtime import admin
-
-        self.admin_key = admin.check_key(o.admin_key) if o.admin_key else admin.new_key()
-        keys = self._scratch_dir("admin")
-        self.admin_key_file = admin.write_key(keys, self.admin_key)
+                require_free(port, o.host or "0.0.0.0", name)  # noqa: S104  checks the port where the server will bind
+        if o.admin_key_dir is not None:  # kept there for every unit of a deployment (created on first use)
+            self.admin_key = admin.ensure_key(o.admin_key_dir)
+            self.admin_key_file = o.admin_key_dir / admin.KEY_FILE
+        else:
+            self.admin_key = admin.check_key(o.admin_key) if o.admin_key else admin.new_key()
+            self.admin_key_file = admin.write_key(self._scratch_dir("admin"), self.admin_key)
+        t = o.triton
         self.server = TritonServer(
-            self.repository, runtime=self.runtime or ensure_runtime(), host=o.host,
+            self._repo(), runtime=self.runtime or ensure_runtime(), host=o.host,
             http_port=o.http_port or None, grpc_port=o.grpc_port or None, metrics_port=None,
-            metrics_host="127.0.0.1", model_control="none", startup_timeout=o.startup_timeout,
-            env={MULTIPROC_ENV: str(self.multiproc_dir)}, admin_key=self.admin_key)
+            metrics_host="127.0.0.1", model_control=t.model_control_mode, load_models=list(t.load_models),
+            log_verbose=t.log_verbose, metrics=t.metrics, extra_args=t.server_args(),
+            startup_timeout=o.startup_timeout, log_path=o.log_path, exit_timeout=o.exit_timeout,
+            env={MULTIPROC_ENV: str(self.multiproc_dir)}, admin_key=self.admin_key, on_progress=self._loading)
         self.server.start()
         return f"pid {self.server.pid}, {len(self.server.ready_models())} model(s) ready"
+
+    def _loading(self, models: dict[str, Any]) -> None:
+        """Triton's per-model load states while it starts, as progress of the triton step."""
+        loading = sorted(n for n, m in models.items() if m.state == "loading")
+        loaded = sorted(n for n, m in models.items() if m.state == "loaded")
+        parts = [f"{label} {', '.join(names)}" for label, names in (("loading", loading), ("loaded", loaded)) if names]
+        if parts:
+            self.on_event(StepEvent(Step("triton", "start Triton"), "progress", detail="; ".join(parts)))
 
     def _step_metrics(self) -> str:
         from tritonpkg.metrics import MergedMetricsServer
 
-        metrics = MergedMetricsServer(self.server.metrics_url, self.multiproc_dir, host=self.options.host,
+        triton_url = self.server.metrics_url if self.options.triton.metrics else None
+        metrics = MergedMetricsServer(triton_url, self.multiproc_dir, host=self.options.host,
                                       port=self.options.metrics_port, token=self.options.metrics_token)
-        # The public port opens only once Triton's own metrics answer for every model: its first scrape is whole.
-        metrics.wait_for_triton(METRICS_WAIT, [m["name"] for m in self.server.ready_models()])
+        if triton_url is not None:
+            # The public port opens only once Triton's own metrics answer for every model: its first scrape is whole.
+            metrics.wait_for_triton(METRICS_WAIT, [m["name"] for m in self.server.ready_models()])
         self.metrics = metrics.start()
-        return self.metrics.url
+        return self.metrics.url + ("" if triton_url else " (vLLM only: Triton's own metrics are off)")
 
     def _wants_frontend(self) -> bool:
         return self.plan is not None and any(s.kind == "frontend" for s in self.plan.steps)
@@ -279,7 +327,8 @@ class ServingStack:
         return {
             "http_url": srv.http_url, "grpc_url": srv.grpc_url,
             "metrics_url": self.metrics.url if self.metrics else None,
-            "triton_metrics_url": srv.metrics_url,
+            "triton_metrics_url": srv.metrics_url if srv.metrics else None,
+            "model_control_mode": self.options.triton.model_control_mode,
             "openai_url": self.openai_url,
             "execution_mode": self.plan.execution_mode if self.plan else None,
             "pid": srv.pid, "repository": str(self.repository),

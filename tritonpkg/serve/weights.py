@@ -1,0 +1,237 @@
+"""Start-up step 2: every vLLM model's weights are on this machine before Triton starts.
+
+A packaged vLLM model names its weights in `<model>/<version>/model.json` (`model`, plus `revision` for a
+Hub model). A local path must exist. A remote source (s3://, hf://, any fsspec URL; a bare `org/name`
+is what `package` writes for hf://org/name) is materialized under the weights root — complete and
+sha256-verified, or not at all (tritonpkg.storage.materialize) — and model.json is pointed at the local
+copy, so vLLM never downloads at start-up. Local weights are only checked to exist, not hashed.
+
+LoRA adapters listed in `<model>/<version>/multi_lora.json` (NVIDIA's name -> folder) are handled the same
+way: a local folder must exist (a relative one inside its model version), a remote one is materialized under
+the same root with the same guarantees, and its entry is pointed at the local copy."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from tritonpkg import safepath
+from tritonpkg.errors import RuntimeSetupError
+
+MODEL_JSON = "model.json"
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.\-]*/[\w.\-]+")
+
+
+@dataclass(frozen=True)
+class WeightsAction:
+    model_json: str  # repository-relative path of the model.json
+    kind: Literal["local", "materialize"]
+    location: str  # local: the path; materialize: the source URL
+
+
+def plan_weights(engine_args: dict[str, dict[str, Any]]) -> list[WeightsAction]:
+    """`engine_args` maps each model.json (repository-relative) to its content; pure."""
+    actions = []
+    for rel, args in sorted(engine_args.items()):
+        model = args.get("model")
+        if not isinstance(model, str) or not model:
+            raise RuntimeSetupError("no weights named", file=rel, field="model",
+                                    expected="a weights path or an s3:// / hf:// source")
+        if model.startswith("file://"):
+            actions.append(WeightsAction(rel, "local", model.removeprefix("file://")))
+        elif "://" in model:
+            actions.append(WeightsAction(rel, "materialize", model))
+        elif model.startswith((".", "/", "~")):
+            local = model if model.startswith(("/", "~")) else str(Path(rel).parent / model)
+            actions.append(WeightsAction(rel, "local", local))
+        elif _HUB_ID.fullmatch(model):
+            revision = args.get("revision")
+            actions.append(WeightsAction(rel, "materialize", f"hf://{model}" + (f"@{revision}" if revision else "")))
+        else:
+            raise RuntimeSetupError(f"weights {model!r} are neither a path nor a source", file=rel, field="model",
+                                    expected="an absolute path, ./relative (to the model version), s3://..., "
+                                             "hf://org/name or org/name")
+    return actions
+
+
+def read_engine_args(repo: Path) -> dict[str, dict[str, Any]]:
+    """Every vLLM model.json of the repository, repository-relative path -> parsed content."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in sorted(repo.glob(f"*/*/{MODEL_JSON}")):
+        if not path.parent.name.isdigit():
+            continue
+        rel = path.relative_to(repo).as_posix()
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise RuntimeSetupError(f"cannot read engine arguments: {exc}", file=path,
+                                    expected="a JSON object") from exc
+        if not isinstance(data, dict):
+            raise RuntimeSetupError("engine arguments must be a JSON object", file=path, expected="a JSON object")
+        found[rel] = data
+    return found
+
+
+@dataclass
+class WeightsResult:
+    model_json: str
+    kind: str
+    source: str
+    path: str
+    detail: str
+
+
+def ensure_weights(repo: Path, actions: list[WeightsAction], weights_root: Path,
+                   materialize: Callable[..., Any] | None = None) -> list[WeightsResult]:
+    """Run `actions` against the repository at `repo`; model.json files of materialized weights are
+    rewritten in place, so `repo` must be the serving copy, not the user's folder."""
+    fetch = _fetcher(materialize)
+    results = []
+    for action in actions:
+        path = repo / action.model_json
+        if action.kind == "local":
+            local = _local_path(repo, action.location)
+            if not local.exists():
+                raise RuntimeSetupError(f"weights not found: {local}", file=path, field="model",
+                                        expected="an existing weights folder on this machine, or a remote "
+                                                 "source (s3://, hf://) to materialize under --weights-root")
+            results.append(WeightsResult(action.model_json, "local", action.location, str(local), "exists"))
+            continue
+        done = fetch(action.location, weights_root)
+        args = json.loads(path.read_text())
+        args["model"] = str(done.path)
+        args.pop("revision", None)  # the local copy is that revision
+        path.write_text(json.dumps(args, indent=2, sort_keys=True) + "\n")
+        detail = "reused" if done.reused else f"{done.bytes_downloaded} bytes fetched"
+        results.append(WeightsResult(action.model_json, "materialized", action.location, str(done.path), detail))
+    return results
+
+
+MULTI_LORA = "multi_lora.json"
+MAX_MULTI_LORA_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class AdapterAction:
+    multi_lora: str  # repository-relative path of the multi_lora.json
+    name: str  # the adapter's name (its key there)
+    kind: Literal["local", "materialize"]
+    location: str  # local: the path (relative ones: to the model version); materialize: the source URL
+
+
+def read_multi_lora(repo: Path) -> dict[str, dict[str, Any]]:
+    """Every multi_lora.json (NVIDIA's adapter list beside a model.json), repository-relative path -> content."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in sorted(repo.glob(f"*/*/{MULTI_LORA}")):
+        if not path.parent.name.isdigit():
+            continue
+        try:
+            with open(path, "rb") as fh:
+                raw = fh.read(MAX_MULTI_LORA_BYTES + 1)
+            if len(raw) > MAX_MULTI_LORA_BYTES:
+                raise ValueError(f"larger than {MAX_MULTI_LORA_BYTES} bytes")
+            data = json.loads(raw)
+        except (OSError, ValueError, RecursionError) as exc:
+            raise RuntimeSetupError(f"cannot read the adapter list: {exc}", file=path,
+                                    expected="a JSON object of adapter name -> folder") from exc
+        if not isinstance(data, dict):
+            raise RuntimeSetupError("the adapter list must be a JSON object", file=path,
+                                    expected="a JSON object of adapter name -> folder")
+        found[path.relative_to(repo).as_posix()] = data
+    return found
+
+
+def plan_adapters(lists: dict[str, dict[str, Any]]) -> list[AdapterAction]:
+    """Each adapter of each multi_lora.json: a local folder to check or a remote source to materialize; pure.
+    A relative folder names a place inside its model version (`./adapters/<name>`, as package writes it)."""
+    actions = []
+    for rel, entries in sorted(lists.items()):
+        for name, location in entries.items():
+            field = name if len(name) <= 64 else name[:64] + "..."
+            if not isinstance(location, str) or not location:
+                raise RuntimeSetupError("an adapter without a folder", file=rel, field=field,
+                                        expected="a folder path or an s3:// / hf:// source")
+            if location.startswith("file://"):
+                actions.append(AdapterAction(rel, name, "local", location.removeprefix("file://")))
+            elif "://" in location:
+                actions.append(AdapterAction(rel, name, "materialize", location))
+            elif location.startswith(("/", "~")):
+                actions.append(AdapterAction(rel, name, "local", location))
+            else:
+                version = Path(rel).parent
+                if not safepath.lexically_within(version / location, version):
+                    raise RuntimeSetupError(f"adapter folder {location!r} leads outside its model version",
+                                            file=rel, field=field,
+                                            expected="./<folder> inside the version, an absolute path, "
+                                                     "s3:// or hf://")
+                actions.append(AdapterAction(rel, name, "local", str(version / location)))
+    return actions
+
+
+def ensure_adapters(repo: Path, actions: list[AdapterAction], weights_root: Path,
+                    materialize: Callable[..., Any] | None = None) -> list[WeightsResult]:
+    """Local adapter folders must exist; remote ones are materialized under the weights root, as weights are,
+    and their multi_lora.json entries rewritten in place to the local copy (`repo` is the serving copy)."""
+    fetch = _fetcher(materialize)
+    results = []
+    for action in actions:
+        path = repo / action.multi_lora
+        label = f"{action.multi_lora}#{action.name}"
+        if action.kind == "local":
+            local = _local_path(repo, action.location)
+            relative = not action.location.startswith(("/", "~"))
+            if relative and not safepath.within(local, repo / Path(action.multi_lora).parent):
+                raise RuntimeSetupError(f"adapter folder {local} is a link that leaves its model version",
+                                        file=path, field=action.name,
+                                        expected="a folder inside the model version, or an absolute path")
+            if not local.is_dir():
+                raise RuntimeSetupError(f"adapter folder not found: {local}", file=path, field=action.name,
+                                        expected="an existing adapter folder on this machine, or a remote source "
+                                                 "(s3://, hf://) to materialize under --weights-root")
+            _check_rank(repo, action, local)
+            results.append(WeightsResult(label, "local", action.location, str(local), "exists"))
+            continue
+        done = fetch(action.location, weights_root)
+        _check_rank(repo, action, Path(done.path))
+        entries = json.loads(path.read_text())
+        entries[action.name] = str(done.path)
+        path.write_text(json.dumps(entries, indent=2) + "\n")
+        detail = "reused" if done.reused else f"{done.bytes_downloaded} bytes fetched"
+        results.append(WeightsResult(label, "materialized", action.location, str(done.path), detail))
+    return results
+
+
+def _check_rank(repo: Path, action: AdapterAction, folder: Path) -> None:
+    """An adapter whose rank is above the engine's max_lora_rank fails its first request in vLLM: refused here,
+    before the engine starts (package cannot know a remote adapter's rank)."""
+    from tritonpkg.repository.adapters import ADAPTER_CONFIG, MAX_CONFIG_BYTES, VLLM_DEFAULT_MAX_LORA_RANK, config_rank
+
+    try:
+        with open(folder / ADAPTER_CONFIG, "rb") as fh:
+            rank = config_rank(fh.read(MAX_CONFIG_BYTES + 1))
+        args = json.loads((repo / Path(action.multi_lora).parent / MODEL_JSON).read_text())
+    except (OSError, ValueError):
+        return  # no config, or no model.json to compare with: validate and the engine report it
+    limit = args.get("max_lora_rank", VLLM_DEFAULT_MAX_LORA_RANK) if isinstance(args, dict) else None
+    if rank is not None and isinstance(limit, int) and rank > limit:
+        raise RuntimeSetupError(f"adapter {action.name!r} ({action.location}) has rank {rank}, above the engine's "
+                                f"max_lora_rank {limit}", file=repo / Path(action.multi_lora).parent / MODEL_JSON,
+                                field="max_lora_rank", expected=f"max_lora_rank >= {rank} in the spec's engine_args")
+
+
+def _fetcher(materialize: Callable[..., Any] | None) -> Callable[..., Any]:
+    """`storage.materialize` unless a caller (a test) hands its own."""
+    if materialize is not None:
+        return materialize
+    from tritonpkg.storage import materialize as fetch
+
+    return fetch
+
+
+def _local_path(repo: Path, location: str) -> Path:
+    """A local location as model.json or multi_lora.json write it: absolute or ~, else relative to the repository."""
+    return (repo / location if not location.startswith(("/", "~")) else Path(location)).expanduser()
