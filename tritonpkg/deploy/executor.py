@@ -6,39 +6,62 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
 
 from tritonpkg.deploy import gate as gate_mod
 from tritonpkg.deploy import iodiff
-from tritonpkg.deploy.plan import LiveState, Plan, Step, Unit, choose, plan_gc, plan_red_black, plan_rollback, \
-    plan_versioned
+from tritonpkg.deploy.driver import Driver, Endpoints, Release
+from tritonpkg.deploy.plan import (
+    LiveState,
+    Plan,
+    PlanError,
+    Step,
+    StepKind,
+    Unit,
+    choose,
+    plan_gc,
+    plan_red_black,
+    plan_rollback,
+    plan_versioned,
+)
 from tritonpkg.deploy.state import StateStore
 from tritonpkg.errors import TritonpkgError
+from tritonpkg.proc import rest
+from tritonpkg.repository import package_spec
+from tritonpkg.smoke import send
+from tritonpkg.spec import load_spec
 
 
 class DeployError(TritonpkgError):
     """A rollout step failed (the rollout was rolled back)."""
 
 
-class Release(BaseModel):
-    """What one deploy brings: a packaged repository holding one version of one model."""
+@dataclass(frozen=True)
+class _Ctx:
+    """One step being carried out: the model, the step, the release (None while rolling back or in gc)."""
 
     model: str
-    version: int
-    repository: Path
-    smoke_request: dict[str, Any] | None = None
-    traffic_steps: list[int] = Field(default_factory=lambda: [10, 25, 50, 100])
-    replicas: int = 1
-    gpus: int = 0
-    weights: str | None = None
-    target_release: str = "24.10"
-    strategy: str = "auto"
-    schema_: iodiff.Schema | None = Field(default=None, alias="schema")
+    step: Step
+    release: Release | None
 
-    model_config = {"populate_by_name": True}
+
+def _named_unit(step: Step) -> str:
+    if not step.unit:
+        raise DeployError(f"a {step.kind} step names no unit")
+    return step.unit
+
+
+class Recovery(BaseModel):
+    """A run a stopped command left half-done, rolled back before this command's own run."""
+
+    run: int
+    new_unit: str | None
+    steps: list[str] = Field(default_factory=list, description="the rollback's steps, each with how it went")
 
 
 class Outcome(BaseModel):
@@ -51,35 +74,46 @@ class Outcome(BaseModel):
     error: str | None = None
     rolled_back: bool = False
     steps: list[str] = Field(default_factory=list)
+    recovered: list[Recovery] = Field(default_factory=list)
 
 
 def release_from(source: str | Path, workdir: Path, strategy: str | None = None) -> Release:
-    """A spec (packaged here into its own repository) or an already packaged repository."""
-    from tritonpkg.repository import package_spec
-    from tritonpkg.spec import load_spec
-
+    """A spec (read, not packaged yet: see build) or an already packaged repository. A spec's I/O schema
+    comes from the spec itself, so a deploy is planned, and refused, before anything is written."""
     src = Path(source)
     if src.is_dir() and (src / "tritonpkg.lock.json").is_file():
         model_dir, version = iodiff.repository_model(src)
         return Release(model=model_dir.name, version=version, repository=src.absolute(),
-                       strategy=strategy or "auto", schema=iodiff.load(model_dir))
+                       strategy=strategy or "auto", schema_=iodiff.load(model_dir))
     spec = load_spec(src)
-    repo = workdir / "releases" / f"{spec.name}-v{spec.version}" / "repository"
-    if repo.exists():
-        shutil.rmtree(repo)
-    package_spec(spec, repo)
+    repo = (workdir / "releases" / f"{spec.name}-v{spec.version}" / "repository").absolute()
     d = spec.deployment
     return Release(model=spec.name, version=spec.version, repository=repo, smoke_request=d.smoke_request,
                    traffic_steps=d.traffic_steps, replicas=d.replicas, gpus=d.gpus,
                    weights=spec.weights_location(), target_release=spec.target_release,
-                   strategy=strategy or d.strategy, schema=iodiff.load(repo / spec.name))
+                   strategy=strategy or d.strategy, min_requests=d.min_requests, unit_port_base=d.unit_port_base,
+                   schema_=iodiff.load(src),
+                   spec_file=src.absolute())
+
+
+def build(release: Release) -> Release:
+    """Package a spec's release into its repository folder (beside it first, so a failed packaging leaves
+    what was there); the schema is then the packaged one, as units record it."""
+    if release.spec_file is None:
+        return release
+    repo = release.repository
+    partial = repo.with_name(repo.name + ".partial")
+    if partial.exists():
+        shutil.rmtree(partial)
+    package_spec(load_spec(release.spec_file), partial)
+    if repo.exists():
+        shutil.rmtree(repo)
+    partial.rename(repo)
+    return release.model_copy(update={"spec_file": None, "schema_": iodiff.load(repo / release.model)})
 
 
 def check_triton(http_url: str, model: str, version: int, smoke: dict[str, Any] | None, timeout: float = 30.0) -> str:
     """Server live and ready, the model version ready, then the canary (the spec's smoke request)."""
-    from tritonpkg.runtime import rest
-    from tritonpkg.smoke import send
-
     deadline = time.monotonic() + timeout
     probes = ["/v2/health/live", "/v2/health/ready", f"/v2/models/{model}/versions/{version}/ready"]
     for probe in probes:
@@ -93,44 +127,82 @@ def check_triton(http_url: str, model: str, version: int, smoke: dict[str, Any] 
     return f"live, ready, model ready, canary answered {sorted(answer)}"
 
 
+def plan_release(store: StateStore, release: Release) -> Plan:
+    """The plan `deploy` would run now against the state in `store`, with the strategy auto picked and why
+    (reads the state only: a dry run needs no driver)."""
+    live = store.live(release.model)
+    strategy, reason = _strategy(store, release, live)
+    if strategy == "versioned":
+        plan = plan_versioned(live, release.version, release.replicas)
+    else:
+        plan = plan_red_black(live, release.version, release.traffic_steps, release.replicas)
+    plan.reason = reason
+    return plan
+
+
+def _strategy(store: StateStore, release: Release, live: LiveState) -> tuple[str, str]:
+    if release.strategy != "auto":
+        return choose(release.strategy, None, [])
+    current = live.serving()
+    old = store.endpoints(live.model, current.name).get("schema") if current else None
+    if old is None or release.schema_ is None:
+        return choose("auto", None, [])
+    d = iodiff.diff(iodiff.Schema.model_validate(old), release.schema_)
+    return choose("auto", d.compatible, d.reasons())
+
+
 class Executor:
-    def __init__(self, store: StateStore, driver: Any, *, limits: gate_mod.Limits | None = None,
+    def __init__(self, store: StateStore, driver: Driver, *, limits: gate_mod.Limits | None = None,
                  dwell_s: float = 1.0, on_step: Callable[[str, Step], None] | None = None) -> None:
         self.store = store
         self.driver = driver
-        self.limits = limits or gate_mod.Limits()
+        self.limits = limits or gate_mod.Limits()  # a field set here wins over the release's (see limits_for)
         self.dwell_s = dwell_s
         self.on_step = on_step  # (phase, step) before each step: progress output, fault injection in tests
         self._baseline: dict[str, gate_mod.Sample] = {}
 
     # -- entry points ----------------------------------------------------------------------------
     def plan(self, release: Release) -> Plan:
-        """The plan `deploy` would run now, with the strategy auto picked and why."""
-        live = self.store.live(release.model)
-        strategy, reason = self._strategy(release, live)
-        if strategy == "versioned":
-            plan = plan_versioned(live, release.version, release.replicas)
-        else:
-            plan = plan_red_black(live, release.version, release.traffic_steps, release.replicas)
-        plan.reason = reason
-        return plan
+        return plan_release(self.store, release)
 
     def deploy(self, release: Release) -> Outcome:
-        self.recover(release.model)
+        """Recover an interrupted run, then plan: a deploy the plan refuses (PlanError) has written nothing,
+        neither the release's repository nor the state nor the proxy."""
+        recovered = self.recover(release.model)
+        self.plan(release)
+        release = build(release)
         self.store.ensure_deployment(release.model, self.driver.target)
         self._sync_proxy(release.model)
         plan = self.plan(release)
         outcome = self.run(plan, release)
         if outcome.ok:
             self.store.set_deployment(release.model, strategy=plan.strategy)
+        outcome.recovered = recovered
         return outcome
 
     def rollback(self, model: str) -> Outcome:
-        self.recover(model)
+        """An interrupted run is rolled back first; when that was all there was to undo, that is the outcome."""
+        recovered = self.recover(model)
         self._sync_proxy(model)
-        plan = plan_rollback(self.store.live(model))
+        try:
+            plan = plan_rollback(self.store.live(model))
+        except PlanError as exc:
+            if not recovered:
+                raise
+            live = self.store.live(model)
+            return Outcome(ok=True, model=model, strategy=live.strategy or "red-black", recovered=recovered,
+                           reason=f"the interrupted run was rolled back; nothing earlier to go back to ({exc})")
         plan.reason = "tritonpkg rollback"
-        return self.run(plan, None)
+        outcome = self.run(plan, None)
+        outcome.recovered = recovered
+        return outcome
+
+    def limits_for(self, release: Release | None) -> gate_mod.Limits:
+        """The gate's limits for a release: a minimum set on this executor (the command line) wins over the
+        spec's deployment.min_requests, which wins over the default."""
+        if release is None or release.min_requests is None or "min_requests" in self.limits.model_fields_set:
+            return self.limits
+        return self.limits.model_copy(update={"min_requests": release.min_requests})
 
     def gc(self, model: str, grace_s: float, now: float | None = None) -> list[str]:
         """Retire idle superseded versioned units (see plan_gc); returns the retired unit names."""
@@ -147,22 +219,23 @@ class Executor:
         for row in self.store.units_table(model):
             if row["status"] == "retired" or "metrics_url" not in row["endpoints"]:
                 continue
-            text = self.driver.metrics_text(row["endpoints"])
+            ep = Endpoints.of(row["endpoints"])
+            text = self.driver.metrics_text(ep)
             if text is None:
                 continue
             seen = gate_mod.parse(text, model).success
-            ep = row["endpoints"]
-            if seen > ep.get("seen", 0.0):
-                self.store.update_unit(model, row["name"], last_active=now, endpoints={**ep, "seen": seen})
+            if seen > (ep.seen or 0.0):
+                self.store.update_unit(model, row["name"], last_active=now,
+                                       endpoints={**row["endpoints"], "seen": seen})
 
-    def recover(self, model: str | None = None) -> list[int]:
+    def recover(self, model: str | None = None) -> list[Recovery]:
         """Roll back runs a killed command left half-done."""
         done = []
         for run, plan in self.store.running_runs(model):
             self._sync_proxy(plan.model)
-            self._rollback(run, plan, "interrupted: rolled back by the next command")
+            steps = self._rollback(run, plan, "interrupted: rolled back by the next command")
             self.store.finish_run(run, "rolled_back", "interrupted (the command running it stopped)")
-            done.append(run)
+            done.append(Recovery(run=run, new_unit=plan.new_unit, steps=steps))
         return done
 
     # -- running a plan --------------------------------------------------------------------------
@@ -189,96 +262,125 @@ class Executor:
         return Outcome(ok=True, model=plan.model, strategy=plan.strategy, reason=plan.reason, run=run,
                        seconds=time.monotonic() - started, steps=done)
 
-    def _rollback(self, run: int, plan: Plan, why: str) -> None:
+    def _rollback(self, run: int, plan: Plan, why: str) -> list[str]:
+        lines = []
         for idx, step in enumerate(plan.rollback):
             if self.on_step:
                 self.on_step("rollback", step)
             try:
                 message = self._do(plan.model, step, None)
                 self.store.record_step(run, idx, "rollback", step, "done", message or why)
+                lines.append(step.describe() + (f": {message}" if message else ""))
             except Exception as exc:  # keep undoing what can be undone
                 self.store.record_step(run, idx, "rollback", step, "failed", str(exc))
+                lines.append(f"{step.describe()}: failed: {exc}")
+        return lines
 
     def _sync_proxy(self, model: str) -> None:
         """Give the driver what the state holds: the local proxy's facts, the kubernetes route's picture."""
         dep = self.store.deployment(model)
         if dep is None:
             return
-        if hasattr(self.driver, "sync"):
-            self.driver.sync(model, self.store.units_table(model), dep.get("alias"))
+        self.driver.sync(model, self.store.units_table(model), dep.get("alias"))
         if dep["info"].get("proxy") and not self.driver.proxy:
             self.driver.proxy = dict(dep["info"]["proxy"])
 
     def _save_proxy(self, model: str) -> None:
-        if getattr(self.driver, "proxy", None):
+        if self.driver.proxy:
             dep = self.store.deployment(model) or {"info": {}}
             self.store.set_deployment(model, info={**dep["info"], "proxy": self.driver.proxy})
 
-    def _strategy(self, release: Release, live: LiveState) -> tuple[str, str]:
-        if release.strategy != "auto":
-            return choose(release.strategy, None, [])
-        current = live.serving()
-        old = self.store.endpoints(live.model, current.name).get("schema") if current else None
-        if old is None or release.schema_ is None:
-            return choose("auto", None, [])
-        d = iodiff.diff(iodiff.Schema.model_validate(old), release.schema_)
-        return choose("auto", d.compatible, d.reasons())
-
     def _do(self, model: str, step: Step, release: Release | None) -> str:
-        kind = step.kind
-        ep = self.store.endpoints(model, step.unit) if step.unit else {}
-        if kind == "provision":
-            assert release is not None and step.unit and step.version is not None
-            unit = Unit(name=step.unit, version=step.version, color=step.color,
-                        replicas=step.replicas.get(step.unit, release.replicas), status="provisioning",
-                        last_active=time.time())
-            self.store.put_unit(model, unit)
-            taken = {r["endpoints"]["slot"] for r in self.store.units_table(model)
-                     if r["status"] != "retired" and "slot" in r["endpoints"]}
-            endpoints = self.driver.provision(model, unit, release, taken)
-            schema = release.schema_.model_dump() if release.schema_ else None
-            self.store.update_unit(model, step.unit, status="inactive", endpoints={**endpoints, "schema": schema})
-            self._save_proxy(model)
-            return f"up at {endpoints.get('http_url', endpoints.get('name', ''))}"
-        if kind == "health_check":
-            version = next(u.version for u in self.store.live(model).units if u.name == step.unit)
-            return self.driver.health(model, version, ep, release.smoke_request if release else None)
-        if kind == "shift":
-            weights = {name: (self.store.endpoints(model, name), w) for name, w in step.weights.items()}
-            self.driver.set_weights(weights)
-            for name, w in step.weights.items():
-                self.store.update_unit(model, name, weight=w, status="serving" if w > 0 else "inactive")
-                if w > 0:
-                    self._baseline[name] = self._sample(model, weights[name][0])
-            return ""
-        if kind == "gate":
-            return self._gate(model, step.unit or "", ep)
-        if kind == "scale":
-            return self.driver.scale(step.replicas) or ""
-        if kind == "drain":
-            self.driver.drain(ep)
-            self.store.update_unit(model, step.unit, weight=0, status="inactive")  # type: ignore[arg-type]
-            return ""
-        if kind == "retire":
-            note = self.driver.retire(ep)  # the local driver says when a recorded group was not ours to stop
-            self.store.update_unit(model, step.unit, weight=0, status="retired", routed=False)  # type: ignore[arg-type]
-            return note if isinstance(note, str) else ""
-        if kind == "route":
-            self.driver.route(ep, str(step.version))
-            self.store.update_unit(model, step.unit, routed=True)  # type: ignore[arg-type]
-            return f"version {step.version} -> {step.unit}"
-        if kind == "alias":
-            if ep:
-                self.driver.route(ep, "current")
-            self.store.set_deployment(model, alias=step.unit)
-            return f"current = {step.unit}"
-        raise DeployError(f"unknown step kind {kind!r}")  # pragma: no cover - Step's Literal forbids it
+        return self._STEPS[step.kind](self, _Ctx(model, step, release))
 
-    def _sample(self, model: str, ep: dict[str, Any]) -> gate_mod.Sample:
+    def _ep(self, model: str, unit: str) -> Endpoints:
+        return Endpoints.of(self.store.endpoints(model, unit))
+
+    def _record(self, model: str, unit: str, facts: Endpoints) -> None:
+        """Merge `facts` into the unit's recorded endpoints."""
+        self.store.update_unit(model, unit, endpoints={**self.store.endpoints(model, unit), **facts.facts()})
+
+    # -- one handler per step kind: the state file's side here, the target's through the driver ------------
+    def _provision(self, c: _Ctx) -> str:
+        step, release, model = c.step, c.release, c.model
+        if release is None or not step.unit or step.version is None:
+            raise DeployError(f"a provision step needs a release, a unit and a version (got {step})")
+        unit = Unit(name=step.unit, version=step.version, color=step.color,
+                    replicas=step.replicas.get(step.unit, release.replicas), status="provisioning",
+                    last_active=time.time())
+        self.store.put_unit(model, unit)
+        taken = {r["endpoints"]["slot"] for r in self.store.units_table(model)
+                 if r["status"] != "retired" and "slot" in r["endpoints"]}
+        name = step.unit
+
+        def started(facts: Endpoints) -> None:  # recorded before the unit is ready, see Driver.provision
+            self._record(model, name, facts)
+            self._save_proxy(model)
+
+        ep = self.driver.provision(model, unit, release, taken, started)
+        ep.schema_ = release.schema_.model_dump() if release.schema_ else None
+        self.store.update_unit(model, name, status="inactive", endpoints=ep.facts())
+        self._save_proxy(model)
+        return f"up at {ep.http_url or ep.name or ''}"
+
+    def _health_check(self, c: _Ctx) -> str:
+        unit = _named_unit(c.step)
+        version = next(u.version for u in self.store.live(c.model).units if u.name == unit)
+        return self.driver.health_check(c.model, version, self._ep(c.model, unit),
+                                        c.release.smoke_request if c.release else None)
+
+    def _shift(self, c: _Ctx) -> str:
+        weights = {name: (self._ep(c.model, name), w) for name, w in c.step.weights.items()}
+        self.driver.shift(weights)
+        for name, w in c.step.weights.items():
+            self.store.update_unit(c.model, name, weight=w, status="serving" if w > 0 else "inactive")
+            if w > 0:
+                self._baseline[name] = self._sample(c.model, weights[name][0])
+        return ""
+
+    def _gate_step(self, c: _Ctx) -> str:
+        unit = _named_unit(c.step)
+        return self._gate(c.model, unit, self._ep(c.model, unit), self.limits_for(c.release))
+
+    def _scale(self, c: _Ctx) -> str:
+        return self.driver.scale(c.step.replicas)
+
+    def _drain(self, c: _Ctx) -> str:
+        unit = _named_unit(c.step)
+        self.driver.drain(self._ep(c.model, unit))
+        self.store.update_unit(c.model, unit, weight=0, status="inactive")
+        return ""
+
+    def _retire(self, c: _Ctx) -> str:
+        unit = _named_unit(c.step)
+        note = self.driver.retire(self._ep(c.model, unit))  # e.g. a recorded group that was not ours to stop
+        self.store.update_unit(c.model, unit, weight=0, status="retired", routed=False)
+        return note
+
+    def _route(self, c: _Ctx) -> str:
+        unit = _named_unit(c.step)
+        self.driver.route(self._ep(c.model, unit), str(c.step.version))
+        self.store.update_unit(c.model, unit, routed=True)
+        return f"version {c.step.version} -> {unit}"
+
+    def _alias(self, c: _Ctx) -> str:
+        unit = _named_unit(c.step)
+        ep = self.store.endpoints(c.model, unit)
+        if ep:  # a unit with nothing recorded (never started) has no route to point at
+            self.driver.alias(Endpoints.of(ep))
+        self.store.set_deployment(c.model, alias=unit)
+        return f"current = {unit}"
+
+    _STEPS: ClassVar[dict[StepKind, Callable[[Executor, _Ctx], str]]] = {
+        "provision": _provision, "health_check": _health_check, "shift": _shift, "gate": _gate_step,
+        "scale": _scale, "drain": _drain, "retire": _retire, "route": _route, "alias": _alias,
+    }
+
+    def _sample(self, model: str, ep: Endpoints) -> gate_mod.Sample:
         text = self.driver.metrics_text(ep)
         return gate_mod.parse(text, model) if text is not None else gate_mod.Sample()
 
-    def _gate(self, model: str, unit: str, ep: dict[str, Any]) -> str:
+    def _gate(self, model: str, unit: str, ep: Endpoints, limits: gate_mod.Limits) -> str:
         time.sleep(self.dwell_s)  # let traffic reach the new share
         if not self.driver.alive(ep):
             raise DeployError(f"{unit} is not alive", field="gate")
@@ -286,7 +388,7 @@ class Executor:
         if text is None:
             return "no metrics reachable for this target; gate passed on liveness only"
         now = gate_mod.parse(text, model)
-        verdict = gate_mod.judge(self._baseline.get(unit, gate_mod.Sample()), now, self.limits)
+        verdict = gate_mod.judge(self._baseline.get(unit, gate_mod.Sample()), now, limits)
         self._baseline[unit] = now
         if not verdict.ok:
             raise DeployError(f"gate failed: {verdict.reason}", field="gate")

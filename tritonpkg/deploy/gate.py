@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 LINE = re.compile(r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)')
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -23,10 +23,17 @@ class Sample(BaseModel):
     p99_us: float | None = None
 
 
+DEFAULT_MIN_REQUESTS = 1
+"""A step whose gate saw no request of the new version has no verdict to give: passing it would move
+traffic on to a version nothing has tested. One is the least that makes the gate judge something;
+deployment.min_requests or --min-requests raises it (an error rate of 1% shows only over ~100 requests),
+0 accepts a gate on liveness alone (a deployment with no traffic during the rollout)."""
+
+
 class Limits(BaseModel):
     max_error_rate: float = 0.01
     max_p99_ms: float = 1000.0
-    min_requests: int = 0
+    min_requests: int = Field(default=DEFAULT_MIN_REQUESTS, ge=0, description="new requests seen per step")
 
 
 class Verdict(BaseModel):

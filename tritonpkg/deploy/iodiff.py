@@ -13,6 +13,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from tritonpkg.errors import TritonpkgError
+from tritonpkg.repository.build import build_models
+from tritonpkg.repository.config import parse_pbtxt
+from tritonpkg.spec import load_spec
 
 
 class Tensor(BaseModel):
@@ -52,7 +55,7 @@ class Diff(BaseModel):
 
 
 def _dims_accept(old: list[int], new: list[int]) -> bool:
-    return len(old) == len(new) and all(n == -1 or n == o for o, n in zip(old, new))
+    return len(old) == len(new) and all(n == -1 or n == o for o, n in zip(old, new, strict=True))
 
 
 def _fmt(t: Tensor | None) -> str:
@@ -111,8 +114,6 @@ def from_config(cfg: Any, version: int | None = None) -> Schema:
 
 def load(path: str | Path) -> Schema:
     """A spec (tritonpkg.yaml or its folder), a model repository, a model folder or a config.pbtxt."""
-    from tritonpkg.repository.config import parse_pbtxt
-
     p = Path(path)
     if p.is_file() and p.name == "config.pbtxt":
         return from_config(parse_pbtxt(p.read_text()), _latest_version(p.parent))
@@ -121,9 +122,6 @@ def load(path: str | Path) -> Schema:
     if p.is_dir() and (p / "tritonpkg.lock.json").is_file():
         return load(repository_model(p)[0] / "config.pbtxt")
     if (p.is_dir() and (p / "tritonpkg.yaml").is_file()) or p.suffix in (".yaml", ".yml"):
-        from tritonpkg.repository.build import build_models
-        from tritonpkg.spec import load_spec
-
         spec = load_spec(p)
         built = build_models(spec)
         main = next((m for m in built if m.name == spec.name), built[0])

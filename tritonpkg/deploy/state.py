@@ -14,15 +14,34 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
-from tritonpkg.deploy.plan import LiveState, Plan, Unit
+from tritonpkg.deploy.plan import LiveState, Plan, Step, Unit
 from tritonpkg.private import (  # noqa: F401  the state's file rules, re-exported
-    StateDirError, check_file, open_nofollow, read_private, secure_dir, write_private)
+    StateDirError,
+    check_file,
+    open_nofollow,
+    read_private,
+    secure_dir,
+    write_private,
+)
+from tritonpkg.proc.group import group_members, process_identity
 
 SCHEMA_VERSION = 2  # 2: process groups recorded with their leader's start time and executable
+# The columns set_deployment and update_unit may change (their names go into the SQL text).
+_DEPLOYMENT_FIELDS = frozenset({"target", "strategy", "alias", "info"})
+_UNIT_FIELDS = frozenset({"version", "color", "weight", "replicas", "status", "routed", "last_active", "endpoints"})
+
+
+def _columns(fields: Mapping[str, Any], allowed: frozenset[str]) -> list[str]:
+    unknown = sorted(set(fields) - allowed)
+    if unknown:
+        raise ValueError(f"not a column that can be updated: {', '.join(unknown)} "
+                         f"(expected {', '.join(sorted(allowed))})")
+    return list(fields)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS deployments (
@@ -43,48 +62,12 @@ CREATE TABLE IF NOT EXISTS steps (
 
 
 # -- process identity -----------------------------------------------------------------------------
-def process_identity(pid: int) -> tuple[int, str] | None:
-    """(start time in clock ticks since boot: /proc/<pid>/stat field 22, executable: /proc/<pid>/exe) of a
-    live process; None when there is none (or only its zombie). An executable this user may not read
-    (another user's process) is "?", which matches no record."""
-    try:
-        with open(f"/proc/{int(pid)}/stat", "rb") as fh:
-            text = fh.read().decode(errors="replace")
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2:].split()  # comm may hold spaces and parentheses; fields from 3 on
-    if fields[0] in ("Z", "X"):
-        return None
-    try:
-        exe = os.readlink(f"/proc/{int(pid)}/exe").removesuffix(" (deleted)")
-    except OSError:
-        exe = "?"
-    return int(fields[19]), exe
-
-
 def identity_fields(pgid: int | None) -> dict[str, Any]:
     """What to record beside a process group's id, read while its leader is known to be ours (just started)."""
     ident = process_identity(pgid) if pgid else None
     if ident is None or ident[1] == "?":
         return {"pgid": pgid}
     return {"pgid": pgid, "pg_start": ident[0], "pg_exe": ident[1]}
-
-
-def group_members(pgid: int) -> list[tuple[int, int]]:
-    """(pid, start time) of every live (not zombie) process whose process group is `pgid`."""
-    out = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as fh:
-                text = fh.read().decode(errors="replace")
-        except OSError:
-            continue
-        fields = text[text.rindex(")") + 2:].split()
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            out.append((int(entry.name), int(fields[19])))
-    return out
 
 
 def recorded_group(facts: Mapping[str, Any], what: str) -> tuple[int | None, str]:
@@ -181,10 +164,11 @@ class StateStore:
                 db.execute("UPDATE deployments SET info=? WHERE model=?", (json.dumps(info), model))
 
     def set_deployment(self, model: str, **fields: Any) -> None:
-        sets = ", ".join(f"{k}=?" for k in fields)
+        sets = ", ".join(f"{k}=?" for k in _columns(fields, _DEPLOYMENT_FIELDS))
         values = [json.dumps(v) if k == "info" else v for k, v in fields.items()]
         with self._db() as db:
-            db.execute(f"UPDATE deployments SET {sets}, updated=? WHERE model=?", (*values, time.time(), model))
+            db.execute(f"UPDATE deployments SET {sets}, updated=? WHERE model=?",  # noqa: S608  names checked by _columns
+                       (*values, time.time(), model))
 
     def live(self, model: str) -> LiveState:
         dep = self.deployment(model) or {}
@@ -199,18 +183,20 @@ class StateStore:
     def put_unit(self, model: str, unit: Unit, endpoints: dict[str, Any] | None = None) -> None:
         with self._db() as db:
             db.execute(
-                "INSERT INTO units(model, name, version, color, weight, replicas, status, routed, last_active, endpoints)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(model, name) DO UPDATE SET version=excluded.version,"
-                " color=excluded.color, weight=excluded.weight, replicas=excluded.replicas, status=excluded.status,"
-                " routed=excluded.routed, last_active=excluded.last_active, endpoints=excluded.endpoints",
+                "INSERT INTO units(model, name, version, color, weight, replicas, status, routed, last_active,"
+                " endpoints) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(model, name) DO UPDATE SET"
+                " version=excluded.version, color=excluded.color, weight=excluded.weight,"
+                " replicas=excluded.replicas, status=excluded.status, routed=excluded.routed,"
+                " last_active=excluded.last_active, endpoints=excluded.endpoints",
                 (model, unit.name, unit.version, unit.color, unit.weight, unit.replicas, unit.status,
                  int(unit.routed), unit.last_active, json.dumps(endpoints or {})))
 
     def update_unit(self, model: str, name: str, **fields: Any) -> None:
-        fields = {k: (json.dumps(v) if k == "endpoints" else int(v) if k == "routed" else v) for k, v in fields.items()}
-        sets = ", ".join(f"{k}=?" for k in fields)
+        values = [json.dumps(v) if k == "endpoints" else int(v) if k == "routed" else v for k, v in fields.items()]
+        sets = ", ".join(f"{k}=?" for k in _columns(fields, _UNIT_FIELDS))
         with self._db() as db:
-            db.execute(f"UPDATE units SET {sets} WHERE model=? AND name=?", (*fields.values(), model, name))
+            db.execute(f"UPDATE units SET {sets} WHERE model=? AND name=?",  # noqa: S608  names checked by _columns
+                       (*values, model, name))
 
     def endpoints(self, model: str, name: str) -> dict[str, Any]:
         with self._db() as db:
@@ -227,14 +213,16 @@ class StateStore:
         with self._db() as db:
             cur = db.execute("INSERT INTO runs(model, strategy, status, plan, reason, started) VALUES (?,?,?,?,?,?)",
                              (plan.model, plan.strategy, "running", plan.model_dump_json(), plan.reason, time.time()))
-            return int(cur.lastrowid)
+            if cur.lastrowid is None:
+                raise RuntimeError("sqlite gave the new run no row id")
+            return cur.lastrowid
 
     def finish_run(self, run: int, status: str, error: str | None = None) -> None:
         with self._db() as db:
             db.execute("UPDATE runs SET status=?, error=?, finished=? WHERE id=?", (status, error, time.time(), run))
 
     def running_runs(self, model: str | None = None) -> list[tuple[int, Plan]]:
-        query, args = "SELECT id, plan FROM runs WHERE status='running'", ()
+        query, args = "SELECT id, plan FROM runs WHERE status='running'", tuple[str, ...]()
         if model:
             query, args = query + " AND model=?", (model,)
         with self._db() as db:
@@ -247,7 +235,7 @@ class StateStore:
                               " ORDER BY id DESC LIMIT ?", (model, limit)).fetchall()
         return [dict(r) for r in rows]
 
-    def record_step(self, run: int, idx: int, phase: str, step: Any, status: str, message: str = "") -> None:
+    def record_step(self, run: int, idx: int, phase: str, step: Step, status: str, message: str = "") -> None:
         with self._db() as db:
             db.execute("INSERT INTO steps(run, idx, phase, kind, detail, status, message, at) VALUES (?,?,?,?,?,?,?,?)",
                        (run, idx, phase, step.kind, step.model_dump_json(), status, message, time.time()))

@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -32,7 +33,7 @@ class GatewayRequestError(TritonpkgError):
     """The request is wrong (too long with truncation off, unsupported dimensions, ...): a 400."""
 
 
-class GatewayUnavailable(TritonpkgError):
+class GatewayUnavailable(TritonpkgError):  # noqa: N818  a condition, as GatewayOverloaded
     """Triton could not be reached or failed the request: a 503."""
 
 
@@ -74,7 +75,7 @@ class EmbeddingGateway:
         self._next = itertools.count()
 
     @classmethod
-    def for_model(cls, grpc_urls: Sequence[str], version_dir: str | Path, **overrides: Any) -> "EmbeddingGateway":
+    def for_model(cls, grpc_urls: Sequence[str], version_dir: str | Path, **overrides: Any) -> EmbeddingGateway:
         """A gateway for a model packaged from the `embedding` template: its gateway.json (written by the
         packager) gives the weights, token budget, length limit and truncation default."""
         path = Path(version_dir) / "gateway.json"
@@ -99,7 +100,8 @@ class EmbeddingGateway:
             await client.close()
         self._clients = None
 
-    async def tokenize(self, texts: Sequence[str], truncate: bool | None = None, field: str = "input") -> list[list[int]]:
+    async def tokenize(self, texts: Sequence[str], truncate: bool | None = None,
+                       field: str = "input") -> list[list[int]]:
         truncate = self.truncate if truncate is None else truncate
         try:
             if len(texts) > TOKENIZE_OFF_LOOP or sum(map(len, texts)) > TOKENIZE_OFF_LOOP_CHARS:

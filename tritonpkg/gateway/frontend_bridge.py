@@ -1,6 +1,6 @@
 """What the OpenAI frontend needs to serve `embedding`-template models through the gateway: recognising
-them from their Triton config, one gateway per model version, and gateway errors as HTTP statuses
-(overload -> 429, a bad request -> 400, Triton unreachable -> 503)."""
+them from their Triton config and one gateway per model version. Failures are the gateway's own errors
+(GatewayOverloaded, GatewayRequestError, GatewayUnavailable); the frontend turns them into HTTP statuses."""
 
 from __future__ import annotations
 
@@ -10,8 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from tritonpkg.gateway.admission import GatewayOverloaded
-from tritonpkg.gateway.client import EmbeddingGateway, GatewayRequestError, GatewayUnavailable
+from tritonpkg.gateway.client import EmbeddingGateway, GatewayUnavailable
+
+
+class NoRepository(GatewayUnavailable):
+    """The model is served through the gateway, but the frontend was started without its repository."""
+
 
 _GATEWAYS: dict[tuple[int, str, str, str], EmbeddingGateway] = {}
 
@@ -24,11 +28,9 @@ def is_template_embedding(config: dict[str, Any]) -> bool:
 
 
 def gateway_for(grpc_url: str, name: str, version_dir: Path | None) -> EmbeddingGateway:
-    from tritonpkg.frontend.errors import APIError
-
     if version_dir is None:
-        raise APIError(503, f"model '{name}' is served through the embedding gateway, which needs the model "
-                            "repository: start the frontend with --model-repository", param="model")
+        raise NoRepository(f"model '{name}' is served through the embedding gateway, which needs the model "
+                           "repository: start the frontend with --model-repository", field="model")
     key = (id(asyncio.get_running_loop()), grpc_url, name, str(version_dir))  # gRPC aio clients are per loop
     if key not in _GATEWAYS:
         _GATEWAYS[key] = EmbeddingGateway.for_model([grpc_url], version_dir)
@@ -37,17 +39,6 @@ def gateway_for(grpc_url: str, name: str, version_dir: Path | None) -> Embedding
 
 async def embed(grpc_url: str, name: str, version_dir: Path | None, texts: list[str],
                 dimensions: int | None) -> tuple[list[np.ndarray], int]:
-    """Texts -> (vectors in order, prompt tokens), raising the frontend's APIError with the right status."""
-    from tritonpkg.frontend.errors import APIError
-
-    gateway = gateway_for(grpc_url, name, version_dir)
-    try:
-        result = await gateway.embed(texts, dimensions=dimensions)
-    except GatewayOverloaded as exc:
-        raise APIError(429, exc.message, param="input", type="rate_limit_error", code="overloaded") from None
-    except GatewayRequestError as exc:
-        param = "dimensions" if exc.field == "dimensions" or "dimensions:" in exc.message else "input"
-        raise APIError(400, exc.render(), param=param) from None
-    except GatewayUnavailable as exc:
-        raise APIError(503, exc.render(), type="service_unavailable") from None
+    """Texts -> (vectors in order, prompt tokens)."""
+    result = await gateway_for(grpc_url, name, version_dir).embed(texts, dimensions=dimensions)
     return list(result.vectors), result.total_tokens

@@ -5,8 +5,20 @@ Layout, fixed at start so nothing ever needs a reload: `SLOTS` server slots, eac
 taken. Backends `live_http`/`live_grpc` hold every slot (weights = percent of unversioned traffic);
 `slotK_http`/`slotK_grpc` hold slot K alone. A request naming a version (Triton's own
 `/v2/models/<m>/versions/<N>/...` path, or an `x-model-version: <N>|current` header, which is how gRPC
-asks) is sent to the slot the routes map names; everything else goes to `live_*`. Failed connects
-and empty or 503 answers are retried on another server, so a unit that dies costs no request."""
+asks) is sent to the slot the routes map names; everything else goes to `live_*`.
+
+A unit that dies costs no idempotent request (RetryPolicy): a refused connect is retried on another
+server for every request, and an inference or read-only request whose unit closes or answers 502/503/504
+before its response began is replayed on another server. Replaying needs the whole request in HAProxy's
+buffer before it is first sent, so those requests wait for their body (`wait-for-body`); without that
+HAProxy forwards the headers at once, marks the request unreplayable, and a keep-alive client sees its
+connection closed with no answer. Model control, shared-memory, trace and log settings are never
+replayed once sent, nor are streams (gRPC ModelStreamInfer) or bodies larger than the buffer; a stream
+whose unit dies after it began is cut (README: deploy).
+
+Every slot server has an unchecked backup twin `bK` that mirrors its address, weight and state: when the
+checks mark every weighted server of a backend DOWN (a check that flaps on a loaded host), HAProxy sends
+the traffic to the twins, so the units that were serving keep serving instead of answering 503."""
 
 from __future__ import annotations
 
@@ -14,9 +26,46 @@ import shutil
 import socket
 from pathlib import Path
 
+from pydantic import BaseModel, Field
+
 from tritonpkg.errors import TritonpkgError
 
 PLACEHOLDER = "127.0.0.1:9"  # never contacted: slots start disabled
+
+
+class CheckPolicy(BaseModel):
+    """How HAProxy judges a unit. The defaults let one slow answer of /v2/health/ready pass (up to
+    `timeout_ms`) and take `fall` failed checks in a row to mark a unit DOWN; a dead unit costs no
+    request meanwhile, because a refused connection is retried on another server."""
+
+    interval_ms: int = Field(default=1000, gt=0, description="between checks of a settled server")
+    fast_interval_ms: int = Field(default=250, gt=0, description="between checks while a server changes state")
+    timeout_ms: int | None = Field(default=2000, gt=0, description="a check's answer; None: the interval bounds it")
+    fall: int = Field(default=3, ge=1)
+    rise: int = Field(default=2, ge=1)
+    keep_last: bool = Field(default=True, description="unchecked backup twins keep traffic when all checks fail")
+
+
+class RetryPolicy(BaseModel):
+    """Which requests HAProxy replays on another unit when theirs fails. A timeout is not replayed: a
+    slow unit is not a dead one, and replaying slow requests multiplies the load on a struggling
+    backend; the health checks take a hung unit out."""
+
+    retries: int = Field(default=3, ge=0, description="attempts after the first, each on another server")
+    body_wait_ms: int | None = Field(default=1000, gt=0, description=(
+        "how long a replayable request's body is waited for before it is sent; None: sent as it "
+        "arrives, replayable only when its body came in the same read as its headers"))
+    buffer_kib: int = Field(default=64, ge=16, le=1024, description=(
+        "HAProxy's buffer (tune.bufsize): a request is replayable only when its headers and body fit"))
+
+
+# Requests whose effect does not depend on how often they run: inference (unary; a generate_stream that
+# has not begun answering is replayed whole) and reads. Everything else on Triton's API changes server
+# state (model load/unload, shared-memory registration, trace and log settings).
+_HTTP_REPLAYABLE = r"^/v2/models/[^/]+(/versions/[0-9]+)?/(infer|generate|generate_stream)$"
+_GRPC_SERVICE = "/inference.GRPCInferenceService/"
+_GRPC_REPLAYABLE = ("ModelInfer", "ServerLive", "ServerReady", "ModelReady", "ServerMetadata",
+                    "ModelMetadata", "ModelConfig", "ModelStatistics", "RepositoryIndex")
 
 
 class ProxyError(TritonpkgError):
@@ -34,20 +83,37 @@ def find_haproxy() -> str:
 
 
 def render_config(*, http_port: int, grpc_port: int, socket_path: Path, map_path: Path, slots: int,
-                  check_interval_ms: int = 250) -> str:
+                  checks: CheckPolicy | None = None, retry: RetryPolicy | None = None) -> str:
     """The whole configuration. Health checks probe Triton's /v2/health/ready on each slot's HTTP port
-    (also for the gRPC servers, through check-port), fall after one failure so a dead unit leaves the
-    rotation within `check_interval_ms`."""
-    servers_http = "\n".join(f"    server s{k} {PLACEHOLDER} weight 0 disabled check" for k in range(slots))
-    servers_grpc = "\n".join(f"    server s{k} {PLACEHOLDER} proto h2 check-proto h1 weight 0 disabled check" for k in range(slots))
+    (also for the gRPC servers, through check-port)."""
+    c = checks or CheckPolicy()
+    r = retry or RetryPolicy()
+
+    def servers(proto: str) -> str:
+        lines = [f"    server s{k} {PLACEHOLDER}{proto} weight 0 disabled check" for k in range(slots)]
+        if c.keep_last:
+            lines += [f"    server b{k} {PLACEHOLDER}{proto} weight 0 disabled backup" for k in range(slots)]
+        return "\n".join(lines)
+
+    h2 = " proto h2 check-proto h1"
+    servers_http, servers_grpc = servers(""), servers(h2)
     slot_backends = "".join(
-        f"\nbackend slot{k}_http\n    server s{k} {PLACEHOLDER} disabled check\n"
-        f"\nbackend slot{k}_grpc\n    server s{k} {PLACEHOLDER} proto h2 check-proto h1 disabled check\n" for k in range(slots))
+        f"\nbackend slot{k}_http\n{_slot_servers(k, '', c.keep_last)}\n"
+        f"\nbackend slot{k}_grpc\n{_slot_servers(k, h2, c.keep_last)}\n"
+        for k in range(slots))
+    timeout_check = f"\n    timeout check {c.timeout_ms}ms" if c.timeout_ms else ""
+    allbackups = "\n    option allbackups" if c.keep_last else ""
+    every = (f"inter {c.interval_ms}ms fastinter {c.fast_interval_ms}ms downinter {c.fast_interval_ms}ms "
+             f"fall {c.fall} rise {c.rise}")
     route = f"%[var(txn.route),map({map_path},live)]"
+    grpc_replayable = " ".join(_GRPC_SERVICE + m for m in _GRPC_REPLAYABLE)
+    http_replay = _replay_rules([f"inference path_reg {_HTTP_REPLAYABLE}"], "METH_GET || METH_POST inference", r)
+    grpc_replay = _replay_rules([f"replayable path {grpc_replayable}"], "replayable", r)
     return f"""# written by tritonpkg deploy (local target); changed at run time through the admin socket only
 global
     stats socket {socket_path} mode 600 level admin
     maxconn 4096
+    tune.bufsize {r.buffer_kib * 1024}
 
 defaults
     mode http
@@ -55,24 +121,26 @@ defaults
     timeout client 60s
     timeout server 60s
     timeout http-request 10s
-    timeout http-keep-alive 30s
-    retries 3
+    timeout http-keep-alive 30s{timeout_check}
+    retries {r.retries}
     option redispatch 1
-    retry-on conn-failure empty-response response-timeout 502 503 504
-    option httpchk GET /v2/health/ready
-    default-server inter {check_interval_ms}ms fastinter {check_interval_ms}ms downinter {check_interval_ms}ms fall 1 rise 1
+    retry-on conn-failure empty-response junk-response 502 503 504
+    option httpchk GET /v2/health/ready{allbackups}
+    default-server {every}
 
 frontend http_in
     bind 127.0.0.1:{http_port}
     http-request set-var(txn.route) str(default)
     http-request set-var(txn.route) path,field(6,/) if {{ path,field(5,/) -m str versions }}
     http-request set-var(txn.route) req.hdr(x-model-version) if {{ req.hdr(x-model-version) -m found }}
+{http_replay}
     use_backend {route}_http
 
 frontend grpc_in
     bind 127.0.0.1:{grpc_port} proto h2
     http-request set-var(txn.route) str(default)
     http-request set-var(txn.route) req.hdr(x-model-version) if {{ req.hdr(x-model-version) -m found }}
+{grpc_replay}
     use_backend {route}_grpc
 
 backend live_http
@@ -85,34 +153,61 @@ backend live_grpc
 {slot_backends}"""
 
 
-def enable_slot(slot: int, http_port: int, grpc_port: int) -> list[str]:
-    """Point slot K at a server and take it out of maintenance, with no share of live traffic yet."""
+def _replay_rules(acls: list[str], replayable: str, r: RetryPolicy) -> str:
+    """A frontend's rules: replayable requests are held until their body is in (so HAProxy keeps a copy
+    it can send again); every other request is replayed only if its connection was refused, i.e. the
+    unit never saw it. A body larger than the buffer is forwarded as it comes and is not replayed."""
+    lines = [f"    acl {a}" for a in acls]
+    if r.body_wait_ms is not None:
+        lines.append(f"    http-request wait-for-body time {r.body_wait_ms}ms if {replayable}")
+    lines.append(f"    http-request disable-l7-retry unless {replayable}")
+    return "\n".join(lines)
+
+
+def _slot_servers(k: int, proto: str, keep_last: bool) -> str:
+    twin = f"\n    server b{k} {PLACEHOLDER}{proto} disabled backup" if keep_last else ""
+    return f"    server s{k} {PLACEHOLDER}{proto} disabled check{twin}"
+
+
+def _servers(slot: int, twins: bool) -> tuple[str, ...]:
+    """The checked server of a slot, and its unchecked twin where the configuration has one (keep_last)."""
+    return (f"s{slot}", f"b{slot}") if twins else (f"s{slot}",)
+
+
+def enable_slot(slot: int, http_port: int, grpc_port: int, twins: bool = True) -> list[str]:
+    """Point slot K (and its twin) at a server and take it out of maintenance, with no share of live
+    traffic yet."""
     cmds = []
-    for be, port in ((f"live_http", http_port), (f"live_grpc", grpc_port),
+    for be, port in (("live_http", http_port), ("live_grpc", grpc_port),
                      (f"slot{slot}_http", http_port), (f"slot{slot}_grpc", grpc_port)):
-        cmds += [f"set server {be}/s{slot} addr 127.0.0.1 port {port}",
-                 f"set server {be}/s{slot} check-port {http_port}"]
-        if be.startswith("live"):
-            cmds.append(f"set weight {be}/s{slot} 0")
-        cmds.append(f"set server {be}/s{slot} state ready")
+        for srv in _servers(slot, twins):
+            cmds.append(f"set server {be}/{srv} addr 127.0.0.1 port {port}")
+            if srv.startswith("s"):
+                cmds.append(f"set server {be}/{srv} check-port {http_port}")
+            if be.startswith("live"):
+                cmds.append(f"set weight {be}/{srv} 0")
+            cmds.append(f"set server {be}/{srv} state ready")
     return cmds
 
 
-def weight_commands(weights: dict[int, int]) -> list[str]:
+def weight_commands(weights: dict[int, int], twins: bool = True) -> list[str]:
     """slot -> percent; raised weights first, so a shift never leaves a moment with no server."""
     order = sorted(weights.items(), key=lambda kv: -kv[1])
-    return [f"set weight {be}/s{slot} {w}" for slot, w in order for be in ("live_http", "live_grpc")]
+    return [f"set weight {be}/{srv} {w}" for slot, w in order for srv in _servers(slot, twins)
+            for be in ("live_http", "live_grpc")]
 
 
-def disable_slot(slot: int) -> list[str]:
-    return [f"set server {be}/s{slot} state maint"
-            for be in ("live_http", "live_grpc", f"slot{slot}_http", f"slot{slot}_grpc")]
+def _slot_backends(slot: int) -> tuple[str, ...]:
+    return ("live_http", "live_grpc", f"slot{slot}_http", f"slot{slot}_grpc")
 
 
-def drain_slot(slot: int) -> list[str]:
-    return [f"set weight {be}/s{slot} 0" for be in ("live_http", "live_grpc")] + [
-        f"set server {be}/s{slot} state drain" for be in ("live_http", "live_grpc", f"slot{slot}_http",
-                                                          f"slot{slot}_grpc")]
+def disable_slot(slot: int, twins: bool = True) -> list[str]:
+    return [f"set server {be}/{srv} state maint" for be in _slot_backends(slot) for srv in _servers(slot, twins)]
+
+
+def drain_slot(slot: int, twins: bool = True) -> list[str]:
+    return [f"set weight {be}/{srv} 0" for be in ("live_http", "live_grpc") for srv in _servers(slot, twins)] + [
+        f"set server {be}/{srv} state drain" for be in _slot_backends(slot) for srv in _servers(slot, twins)]
 
 
 class Admin:
@@ -148,10 +243,11 @@ class Admin:
         if not lines or not lines[0].startswith("# "):
             return []
         header = lines[0][2:].split(",")
-        return [dict(zip(header, ln.split(","))) for ln in lines[1:]]
+        return [dict(zip(header, ln.split(","), strict=False)) for ln in lines[1:]]
 
 
 def _harmless(line: str) -> bool:
     """Informational answers of set server / map commands."""
     low = line.lower()
-    return any(s in low for s in ("ip changed", "port changed", "no need to change", "done", "health check port updated"))
+    return any(s in low for s in ("ip changed", "port changed", "no need to change", "done",
+                                  "health check port updated"))

@@ -14,11 +14,17 @@ from __future__ import annotations
 import base64
 import json
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from tritonpkg.deploy.driver import Driver, Endpoints, Entry, OnStarted
 from tritonpkg.deploy.plan import Unit
 from tritonpkg.errors import TritonpkgError
+from tritonpkg.runtime import admin
+
+if TYPE_CHECKING:
+    from tritonpkg.deploy.driver import Release
 
 GATEWAY_GROUP, GATEWAY_VERSION, ROUTES = "gateway.networking.k8s.io", "v1", "httproutes"
 ROUTE_SCHEMA = Path(__file__).with_name("httproute.schema.json")
@@ -63,8 +69,6 @@ def admin_secret_name(model: str) -> str:
 def admin_secret_manifest(model: str, namespace: str = "default", key: str | None = None) -> dict[str, Any]:
     """The Secret holding the deployment's Triton admin key (one per model, shared by its units, so the key
     that works through the route works on every unit). Created once and then kept: never replaced."""
-    from tritonpkg.runtime import admin
-
     return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
             "metadata": {"name": admin_secret_name(model), "namespace": namespace,
                          "labels": {"app.kubernetes.io/name": _name(model),
@@ -75,8 +79,6 @@ def admin_secret_manifest(model: str, namespace: str = "default", key: str | Non
 def unit_manifests(model: str, unit: Unit, *, repository: Path, namespace: str = "default",
                    release: str = "24.10", weights: str | None = None, gpus: int = 0,
                    toolkit_image: str = "tritonpkg:latest", replicas: int | None = None) -> list[dict[str, Any]]:
-    from tritonpkg.runtime import admin
-
     name = _name(unit.name)
     labels = {"app.kubernetes.io/name": _name(model), "app.kubernetes.io/managed-by": "tritonpkg",
               "tritonpkg.io/unit": name, "tritonpkg.io/version": str(unit.version)}
@@ -142,7 +144,7 @@ def route_manifest(model: str, *, weights: dict[str, int], versions: dict[str, s
     if alias:
         targets["current"] = alias
     for key, unit in sorted(targets.items()):
-        matches = [{"headers": [{"type": "Exact", "name": "x-model-version", "value": key}]}]
+        matches: list[dict[str, Any]] = [{"headers": [{"type": "Exact", "name": "x-model-version", "value": key}]}]
         if key != "current":
             matches.insert(0, {"path": {"type": "PathPrefix", "value": f"/v2/models/{model}/versions/{key}"}})
         rules.append({"matches": matches, "backendRefs": [{"name": _name(unit), "port": HTTP}]})
@@ -193,7 +195,7 @@ class KubernetesDriver:
 
     def __init__(self, apps: Any, core: Any, custom: Any, *, namespace: str = "default", gateway: str = "tritonpkg",
                  toolkit_image: str = "tritonpkg:latest", ready_timeout: float = 900.0, poll_s: float = 2.0,
-                 release: Any = None) -> None:
+                 release: Release | None = None) -> None:
         self.apps, self.core, self.custom = apps, core, custom
         self.namespace, self.gateway, self.toolkit_image = namespace, gateway, toolkit_image
         self.ready_timeout, self.poll_s = ready_timeout, poll_s
@@ -205,7 +207,7 @@ class KubernetesDriver:
         self.proxy: dict[str, Any] = {}
 
     @classmethod
-    def from_kubeconfig(cls, **kw: Any) -> "KubernetesDriver":
+    def from_kubeconfig(cls, **kw: Any) -> KubernetesDriver:
         try:
             from kubernetes import client, config
         except ImportError as exc:
@@ -218,7 +220,7 @@ class KubernetesDriver:
                                  expected="a kubeconfig (KUBECONFIG), or --dry-run -o DIR to write manifests") from exc
         return cls(client.AppsV1Api(), client.CoreV1Api(), client.CustomObjectsApi(), **kw)
 
-    def sync(self, model: str, units: list[dict[str, Any]], alias: str | None) -> None:
+    def sync(self, model: str, units: Sequence[Mapping[str, Any]], alias: str | None) -> None:
         """Rebuild the route's picture from the state file (each command starts with a fresh driver)."""
         self.model = model
         live = [u for u in units if u["status"] != "retired"]
@@ -227,7 +229,9 @@ class KubernetesDriver:
         self.alias_unit = _name(alias) if alias else None
 
     # -- steps -----------------------------------------------------------------------------------
-    def provision(self, model: str, unit: Unit, release: Any, taken: set[int]) -> dict[str, Any]:
+    def provision(self, model: str, unit: Unit, release: Release, taken_slots: set[int],
+                  on_started: OnStarted) -> Endpoints:
+        """Apply the unit's objects; they are named by the unit, so nothing needs recording early."""
         self.model = model
         cm, deployment, service = unit_manifests(
             model, unit, repository=release.repository, namespace=self.namespace, release=release.target_release,
@@ -239,7 +243,7 @@ class KubernetesDriver:
         self._apply(self.core.create_namespaced_config_map, self.core.replace_namespaced_config_map, cm)
         self._apply(self.apps.create_namespaced_deployment, self.apps.replace_namespaced_deployment, deployment)
         self._apply(self.core.create_namespaced_service, self.core.replace_namespaced_service, service)
-        return {"name": deployment["metadata"]["name"], "namespace": self.namespace}
+        return Endpoints(name=deployment["metadata"]["name"], namespace=self.namespace)
 
     def _create_once(self, create: Any, body: dict[str, Any]) -> None:
         """Create `body` unless it exists (409): the existing one is kept as it is."""
@@ -257,55 +261,56 @@ class KubernetesDriver:
                 raise
             replace(name=body["metadata"]["name"], namespace=self.namespace, body=body)
 
-    def health(self, model: str, version: int, ep: dict[str, Any], smoke: Any) -> str:
+    def health_check(self, model: str, version: int, ep: Endpoints, smoke: dict[str, Any] | None) -> str:
         """Ready replicas = pods whose readiness probe (Triton /v2/health/ready) passes."""
         deadline = time.monotonic() + self.ready_timeout
         while True:
-            dep = self.apps.read_namespaced_deployment_status(name=ep["name"], namespace=self.namespace)
+            dep = self.apps.read_namespaced_deployment_status(name=ep.name, namespace=self.namespace)
             want = dep.spec.replicas or 0
             ready = dep.status.ready_replicas or 0
             if want and ready >= want:
                 return (f"{ready}/{want} pods ready (readiness probe /v2/health/ready); the canary request is "
                         "not sent from outside the cluster")
             if time.monotonic() > deadline:
-                raise TritonpkgError(f"{ep['name']}: {ready}/{want} pods ready after {self.ready_timeout:g} s",
+                raise TritonpkgError(f"{ep.name}: {ready}/{want} pods ready after {self.ready_timeout:g} s",
                                      field="health_check")
             time.sleep(self.poll_s)
 
-    def alive(self, ep: dict[str, Any]) -> bool:
-        dep = self.apps.read_namespaced_deployment_status(name=ep["name"], namespace=self.namespace)
+    def alive(self, ep: Endpoints) -> bool:
+        dep = self.apps.read_namespaced_deployment_status(name=ep.name, namespace=self.namespace)
         return bool(dep.status.ready_replicas)
 
-    def metrics_text(self, ep: dict[str, Any]) -> str | None:
+    def metrics_text(self, ep: Endpoints) -> str | None:
         return None  # metrics live in the cluster's Prometheus; the gate then checks readiness only
 
-    def set_weights(self, weights: dict[str, tuple[dict[str, Any], int]]) -> None:
+    def shift(self, weights: Mapping[str, tuple[Endpoints, int]]) -> None:
         for unit, (_, w) in weights.items():
             self.weights[_name(unit)] = w
         self._apply_route()
 
-    def scale(self, replicas: dict[str, int]) -> str:
+    def scale(self, replicas: Mapping[str, int]) -> str:
         for unit, n in replicas.items():
             self.apps.patch_namespaced_deployment_scale(name=_name(unit), namespace=self.namespace,
                                                         body={"spec": {"replicas": n}})
         return ", ".join(f"{u}={n}" for u, n in replicas.items())
 
-    def drain(self, ep: dict[str, Any]) -> None:
+    def drain(self, ep: Endpoints) -> None:
         unit = self._unit_of(ep)
         if unit in self.weights:
             self.weights.pop(unit)
             self._apply_route()
 
-    def retire(self, ep: dict[str, Any]) -> None:
+    def retire(self, ep: Endpoints) -> str:
         unit = self._unit_of(ep)
         self.weights.pop(unit, None)
         self.versions = {k: v for k, v in self.versions.items() if v != unit}
-        name = ep.get("name")
+        name = ep.name
         if name is None:
-            return
+            return ""
         for delete in (self.apps.delete_namespaced_deployment, self.core.delete_namespaced_service):
             self._delete(delete, name)
         self._delete(self.core.delete_namespaced_config_map, f"{name}-repository")
+        return ""
 
     def _delete(self, delete: Any, name: str) -> None:
         try:
@@ -314,22 +319,26 @@ class KubernetesDriver:
             if getattr(exc, "status", None) != 404:
                 raise
 
-    def route(self, ep: dict[str, Any], key: str) -> None:
-        unit = self._unit_of(ep)
-        if key == "current":
-            self.alias_unit = unit
-        else:
-            self.versions[key] = unit
+    def route(self, ep: Endpoints, version: str) -> None:
+        self.versions[version] = self._unit_of(ep)
         self._apply_route()
 
-    def endpoints(self) -> dict[str, Any]:
-        return {"route": f"HTTPRoute/{_name(self.model or 'model')} in {self.namespace} (Gateway {self.gateway})"}
+    def alias(self, ep: Endpoints) -> None:
+        self.alias_unit = self._unit_of(ep)
+        self._apply_route()
 
-    def _unit_of(self, ep: dict[str, Any]) -> str:
-        return ep.get("name", "")
+    def entry(self) -> Entry:
+        return Entry(route=f"HTTPRoute/{_name(self.model or 'model')} in {self.namespace} (Gateway {self.gateway})")
+
+    def teardown(self, units: Sequence[Endpoints]) -> list[str]:
+        """Delete every unit's objects (the route and the admin Secret stay: a next deploy reuses them)."""
+        return [note for ep in units if (note := self.retire(ep))]
+
+    def _unit_of(self, ep: Endpoints) -> str:
+        return ep.name or ""
 
     def _apply_route(self) -> None:
-        body = route_manifest(self.model or "model", weights={u: w for u, w in self.weights.items()},
+        body = route_manifest(self.model or "model", weights=dict(self.weights),
                               versions=self.versions, alias=self.alias_unit, namespace=self.namespace,
                               gateway=self.gateway)
         validate([body])
@@ -340,3 +349,7 @@ class KubernetesDriver:
             if getattr(exc, "status", None) != 404:
                 raise
             self.custom.create_namespaced_custom_object(GATEWAY_GROUP, GATEWAY_VERSION, self.namespace, ROUTES, body)
+
+
+def _implements(driver: KubernetesDriver) -> Driver:
+    return driver  # mypy proves the driver implements the protocol

@@ -1,5 +1,7 @@
-"""The local target: each unit is a real tritonserver (tritonpkg.runtime) on its own loopback ports,
-behind one HAProxy (haproxy.py) whose weights, routes and drains change through its admin socket.
+"""The local target: each unit is a real tritonserver on its own loopback ports, brought up the way
+`tritonpkg serve` does (tritonpkg.serve: verify, remote weights materialized, bundled plugins installed,
+Triton behind closed ports until ready), behind one HAProxy (haproxy.py) whose weights, routes and drains
+change through its admin socket.
 
 `persistent=False` (tests, in-process use): every process is supervised by this interpreter and
 stopped by `shutdown()` or at exit. `persistent=True` (the CLI): processes outlive the command that
@@ -8,19 +10,27 @@ started them; their process groups are kept in the state file and later commands
 from __future__ import annotations
 
 import os
-import signal
+import shutil
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tritonpkg.deploy import state
+from tritonpkg.deploy.driver import Driver, Endpoints, Entry, OnStarted
 from tritonpkg.deploy.drivers import haproxy
 from tritonpkg.deploy.plan import Unit
 from tritonpkg.errors import TritonpkgError
-from tritonpkg.runtime import rest
+from tritonpkg.proc import group as proc_group
+from tritonpkg.proc import rest
+from tritonpkg.proc.group import ProcessGroup
+
+if TYPE_CHECKING:
+    from tritonpkg.deploy.driver import Release
 
 SUMMARY = "--metrics-config=summary_latencies=true"
+UNIT_PORTS = 3  # per slot from unit_port_base: HTTP, gRPC, metrics
 
 
 class LocalDriver:
@@ -28,16 +38,21 @@ class LocalDriver:
 
     def __init__(self, workdir: str | Path, *, proxy: dict[str, Any] | None = None, http_port: int = 0,
                  grpc_port: int = 0, slots: int = 6, persistent: bool = False, runtime: Any = None,
-                 startup_timeout: float = 120.0, drain_timeout: float = 10.0) -> None:
+                 startup_timeout: float | None = None, drain_timeout: float = 10.0,
+                 weights_root: Path | None = None, triton: Any = None, unit_port_base: int = 0) -> None:
         self.workdir = Path(workdir).absolute()
         self.proxy: dict[str, Any] = dict(proxy or {})
         self.http_port, self.grpc_port, self.slots = http_port, grpc_port, slots
+        _check_port_base(unit_port_base, slots, "--unit-port-base")
+        self.unit_port_base = unit_port_base  # 0: the spec's, else the deployment's recorded base, else free ports
         self.persistent = persistent
         self.runtime = runtime
-        self.startup_timeout = startup_timeout
+        self.startup_timeout = startup_timeout  # None: as long as Triton reports models loading
         self.drain_timeout = drain_timeout
-        self._servers: dict[int, Any] = {}  # slot -> TritonServer (supervised here)
-        self._haproxy: Any = None  # ProcessGroup
+        self.weights_root = weights_root  # None: serve's default (the user cache)
+        self.triton = triton  # tritonpkg.serve.TritonOptions; None: serve's defaults + summary latencies
+        self._servers: dict[int, Any] = {}  # slot -> ServingStack (supervised here)
+        self._haproxy: ProcessGroup | None = None
         self.notes: list[str] = []  # what stopping recorded process groups found (skipped ones say why)
 
     # -- the proxy -------------------------------------------------------------------------------
@@ -53,13 +68,14 @@ class LocalDriver:
         except haproxy.ProxyError:
             return False
 
-    def ensure_proxy(self) -> dict[str, Any]:
-        """Start HAProxy unless the one recorded in the state still answers; returns its facts."""
+    def ensure_proxy(self, on_started: OnStarted | None = None) -> dict[str, Any]:
+        """Start HAProxy unless the one recorded in the state still answers; returns its facts. `on_started`
+        is called once its process group is in self.proxy, right after it was spawned."""
         if self.proxy_alive():
             return self.proxy
+        self._stop_unrecorded_proxy()  # one a killed command spawned but never recorded: not ours to reuse
         binary = haproxy.find_haproxy()
-        from tritonpkg.runtime.ports import free_ports
-        from tritonpkg.runtime.supervisor import ProcessGroup
+        from tritonpkg.proc.ports import free_ports
 
         self.secure_workdir()
         auto = iter(free_ports(2))
@@ -76,10 +92,21 @@ class LocalDriver:
         if check:
             raise haproxy.ProxyError(f"HAProxy rejected its configuration: {check}", file=cfg)
         group = ProcessGroup([binary, "-f", str(cfg), "-db"], dict(os.environ), self.workdir / "haproxy.log")
-        self._start(group.start)
-        self.proxy = {"socket": str(sock), "map": str(routes), "config": str(cfg), **state.identity_fields(group.pgid),
-                      "http_port": http_port, "grpc_port": grpc_port, "slots": self.slots,
-                      "http_url": f"http://127.0.0.1:{http_port}", "grpc_url": f"127.0.0.1:{grpc_port}"}
+
+        kept = {k: self.proxy[k] for k in ("unit_port_base",) if k in self.proxy}  # the deployment's, not the proxy's
+        self.proxy = {**kept, "config": str(cfg)}  # recorded before the spawn: its tag (spawn_tag) finds the process
+        if on_started is not None:
+            on_started(Endpoints())
+
+        def spawned(started: ProcessGroup) -> None:
+            self.proxy = {**kept, "socket": str(sock), "map": str(routes), "config": str(cfg),
+                          **state.identity_fields(started.pgid), "http_port": http_port, "grpc_port": grpc_port,
+                          "slots": self.slots, "http_url": f"http://127.0.0.1:{http_port}",
+                          "grpc_url": f"127.0.0.1:{grpc_port}"}
+            if on_started is not None:
+                on_started(Endpoints())  # the executor saves self.proxy with it
+
+        self._start(group.start, spawned, spawn_tag(cfg))
         deadline = time.monotonic() + 10
         while not self.proxy_alive():
             if group.poll() is not None or time.monotonic() > deadline:
@@ -100,35 +127,38 @@ class LocalDriver:
     def _run_quiet(argv: list[str]) -> str:
         import subprocess
 
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        res = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=30)
         return "" if res.returncode == 0 else (res.stdout + res.stderr).strip()
 
-    def _start(self, fn: Any) -> None:
-        """Start a child. Persistent children are started from a helper thread: the supervisor asks the
-        kernel to kill children of the *main* thread when it ends, which the CLI must not do."""
+    def _start(self, fn: Callable[[], object], spawned: Callable[[ProcessGroup], None], tag: str) -> None:
+        """Run `fn`, which starts a child; `spawned` gets each process group it starts right after its Popen
+        (proc.group.on_spawn), before `fn` goes on to wait for it, and each carries `tag` in its environment
+        (what the caller recorded before, for a kill between the spawn and that record). Persistent children
+        are started from a helper thread: the supervisor asks the kernel to kill children of the *main*
+        thread when it ends, which the CLI must not do."""
         if not self.persistent:
-            fn()
+            with proc_group.on_spawn(spawned, tag):
+                fn()  # the children die with this interpreter: nothing outlives it unrecorded
             return
         box: list[BaseException] = []
 
         def run() -> None:
             try:
-                fn()
+                with proc_group.on_spawn(spawned, tag):
+                    fn()
             except BaseException as exc:  # re-raised in the caller's thread
                 box.append(exc)
 
         t = threading.Thread(target=run)
         t.start()
-        t.join()
+        while t.is_alive():
+            t.join(0.5)
         if box:
             raise box[0]
 
     def _detach(self, group: Any) -> None:
         if self.persistent:
-            from tritonpkg.runtime import supervisor
-
-            with supervisor._LIVE_LOCK:  # no atexit stop: the state file owns this group now
-                supervisor._LIVE.discard(group)
+            group.detach()  # no atexit stop: the state file owns this group now
 
     # -- units -----------------------------------------------------------------------------------
     def admin_key(self, create: bool = False) -> str | None:
@@ -145,83 +175,168 @@ class LocalDriver:
         raise TritonpkgError("every HAProxy slot is taken", field="slots",
                              expected="fewer live units (retire some, or run gc)")
 
-    def provision(self, model: str, unit: Unit, release: Any, taken_slots: set[int]) -> dict[str, Any]:
-        from tritonpkg.runtime import TritonServer
+    def port_base_for(self, release: Release) -> int:
+        """The unit port base this deploy sets: --unit-port-base, else the spec's deployment.unit_port_base, else
+        0 (unit_ports then uses the base the deployment recorded, if any)."""
+        slots = int(self.proxy.get("slots", self.slots))
+        return self.unit_port_base or _check_port_base(release.unit_port_base or 0, slots, "deployment.unit_port_base")
+
+    def unit_ports(self, slot: int) -> tuple[int, int, int]:
+        """A unit's loopback (HTTP, gRPC, metrics) ports: free ones, or with a unit port base (this driver's,
+        else the one the deployment recorded) base + 3*slot .. + 2, so every unit is in a known range."""
+        base = self.unit_port_base or int(self.proxy.get("unit_port_base") or 0)
+        if not base:
+            return 0, 0, 0
+        first = base + UNIT_PORTS * slot
+        return first, first + 1, first + 2
+
+    def unit_options(self, unit: Unit, repository: Path, slot: int = 0) -> Any:
+        """The serve stage's options for one unit: loopback ports of its own (unit_ports), no public /metrics
+        or OpenAI API (HAProxy fronts it, the gate reads Triton's metrics), its files under the unit's folder."""
+        from tritonpkg.serve import StartupOptions, TritonOptions
+
+        unit_dir = self.workdir / "units" / unit.name
+        triton = self.triton or TritonOptions(extra_args=(SUMMARY,))
+        http, grpc, metrics = self.unit_ports(slot)
+        return StartupOptions(source=repository, http_port=http, grpc_port=grpc, metrics_port=metrics, openai=False,
+                              merged_metrics=False, state_dir=unit_dir,
+                              multiproc_dir=unit_dir / "prometheus-multiproc", weights_root=self.weights_root,
+                              startup_timeout=self.startup_timeout, triton=triton, exit_timeout=3,
+                              log_path=self.workdir / f"{unit.name}.log", admin_key_dir=self.workdir)
+
+    def sync(self, model: str, units: Sequence[Mapping[str, Any]], alias: str | None) -> None:
+        """Nothing to rebuild: HAProxy holds the routes, the executor hands this driver the proxy's facts."""
+
+    def provision(self, model: str, unit: Unit, release: Release, taken_slots: set[int],
+                  on_started: OnStarted) -> Endpoints:
+        """Start the unit. `on_started` gets the facts to record as soon as they exist: the slot (with the
+        proxy, now in self.proxy) before the server starts, then its process group's identity while Triton
+        is still loading, so a command killed meanwhile leaves nothing that rollback or teardown cannot find."""
+        from tritonpkg.serve import ServingStack
 
         repo = Path(release.repository)
-        self.ensure_proxy()
+        self.ensure_proxy(on_started)
         slot = self._free_slot(taken_slots)
+        on_started(Endpoints(slot=slot))
         self.secure_workdir()
-        log = self.workdir / f"{unit.name}.log"
+        state.secure_dir(self.workdir / "units")
+        base = self.port_base_for(release)
+        if base:
+            self.proxy["unit_port_base"] = base  # saved with the proxy: later deploys keep it
+        options = self.unit_options(unit, repo, slot)
+        log = options.log_path
         state.check_file(log)
         log.unlink(missing_ok=True)
-        server = TritonServer(repo, runtime=self.runtime, startup_timeout=self.startup_timeout, log_path=log,
-                              extra_args=[SUMMARY], exit_timeout=3, admin_key=self.admin_key(create=True))
-        try:
-            self._start(server.start)
-        except BaseException:
-            server.stop(grace=3.0)
-            raise
-        self._servers[slot] = server
-        if server._group is not None:
-            self._detach(server._group)
-        self.admin.send(haproxy.enable_slot(slot, server.http_port, server.grpc_port))
-        return {"slot": slot, **state.identity_fields(server.pgid), "http_url": server.http_url, "grpc_url": server.grpc_url,
-                "metrics_url": server.metrics_url, "log": str(log), "repository": str(repo)}
+        if options.state_dir is not None and options.state_dir.exists():
+            shutil.rmtree(options.state_dir)  # a unit name is used once; what is there is an aborted start's
+        # recorded before the spawn: a command killed before the group's record leaves a unit that names its
+        # folder, and each process of the unit carries spawn_tag(folder) (see retire)
+        unit_dir = options.state_dir or self.workdir / "units" / unit.name
+        on_started(Endpoints(slot=slot, log=str(log), unit_dir=str(unit_dir)))
+        stack = ServingStack(options, runtime=self.runtime)
 
-    def health(self, model: str, version: int, ep: dict[str, Any], smoke: dict[str, Any] | None) -> str:
+        def spawned(group: ProcessGroup) -> None:  # tritonserver, recorded before start() waits for it
+            on_started(Endpoints(slot=slot, **state.identity_fields(group.pgid), log=str(log),
+                                 unit_dir=str(options.state_dir)))
+
+        self._start(stack.start, spawned, spawn_tag(unit_dir))  # start() stops what it started when a step fails
+        self._servers[slot] = stack
+        server = stack.server
+        if self.persistent:
+            stack.detach()  # the state file owns the process group and the unit's folder now
+        self.admin.send(haproxy.enable_slot(slot, server.http_port, server.grpc_port))
+        return Endpoints(slot=slot, **state.identity_fields(server.pgid), http_url=server.http_url,
+                         grpc_url=server.grpc_url, metrics_url=server.metrics_url, log=str(log),
+                         repository=str(repo), serving_repository=str(stack.repository),
+                         unit_dir=str(options.state_dir),
+                         weights=[{"source": w.source, "path": w.path, "kind": w.kind} for w in stack.weights])
+
+    def health_check(self, model: str, version: int, ep: Endpoints, smoke: dict[str, Any] | None) -> str:
         from tritonpkg.deploy.executor import check_triton
 
-        return check_triton(ep["http_url"], model, version, smoke)
+        return check_triton(_url(ep), model, version, smoke)
 
-    def alive(self, ep: dict[str, Any]) -> bool:
-        server = self._servers.get(ep.get("slot"))  # type: ignore[arg-type]
-        if server is not None and not server.running:
+    def alive(self, ep: Endpoints) -> bool:
+        stack = self._servers.get(ep.slot) if ep.slot is not None else None
+        if stack is not None and (stack.server is None or not stack.server.running):
             return False
-        return _group_alive(ep) and rest.ok(ep["http_url"] + "/v2/health/live", timeout=1.0)
+        return _group_alive(ep) and rest.ok(_url(ep) + "/v2/health/live", timeout=1.0)
 
-    def set_weights(self, weights: dict[str, tuple[dict[str, Any], int]]) -> None:
+    def shift(self, weights: Mapping[str, tuple[Endpoints, int]]) -> None:
         """unit -> (endpoints, percent), applied in one admin-socket write."""
-        self.admin.send(haproxy.weight_commands({ep["slot"]: w for ep, w in weights.values() if "slot" in ep}))
+        self.admin.send(haproxy.weight_commands({ep.slot: w for ep, w in weights.values() if ep.slot is not None}))
 
-    def scale(self, replicas: dict[str, int]) -> str:
+    def scale(self, replicas: Mapping[str, int]) -> str:
         return "local units are one tritonserver each; replica counts apply to the kubernetes target"
 
-    def drain(self, ep: dict[str, Any]) -> None:
+    def drain(self, ep: Endpoints) -> None:
         """No new requests for the unit's slot, then wait (bounded) for its open requests to finish."""
-        if "slot" not in ep or not self.proxy_alive():
+        if ep.slot is None or not self.proxy_alive():
             return
-        slot = ep["slot"]
+        slot = ep.slot
         self.admin.send(haproxy.drain_slot(slot))
         deadline = time.monotonic() + self.drain_timeout
         while time.monotonic() < deadline:
-            busy = [s for s in self.admin.stats() if s.get("svname") == f"s{slot}" and s.get("scur", "0") not in ("", "0")]
+            busy = [s for s in self.admin.stats()
+                    if s.get("svname") in (f"s{slot}", f"b{slot}") and s.get("scur", "0") not in ("", "0")]
             if not busy:
                 return
             time.sleep(0.05)
 
-    def retire(self, ep: dict[str, Any]) -> str:
+    def retire(self, ep: Endpoints) -> str:
         """Take the unit's slot out of HAProxy and stop its server; returns what was found (a recorded process
         group that is no longer the one started is left alone, and the note says so)."""
-        slot = ep.get("slot")
+        slot = ep.slot
         if slot is not None and self.proxy_alive():
             self.admin.send(haproxy.disable_slot(slot))
             self._unmap_slot(slot)
-        server = self._servers.pop(slot, None) if slot is not None else None
-        if server is not None:
-            server.stop(grace=10.0)
+        stack = self._servers.pop(slot, None) if slot is not None else None
+        if stack is not None:
+            stack.stop()
+            self._remove_unit_dir(ep)
             return ""
-        if ep.get("pgid"):
-            return self._note(_stop_recorded(ep, f"unit {Path(ep['log']).stem if ep.get('log') else slot}"))
-        return ""
+        note = ""
+        what = f"unit {Path(ep.log).stem if ep.log else slot}"
+        folder = self._unit_dir(ep)
+        if ep.pgid:
+            note = self._note(_stop_recorded(ep.facts(), what))
+        if folder is not None:  # a start killed between its spawn and its record (also a retried one): its tag
+            found = _stop_unrecorded(spawn_tag(folder), what)
+            note = "; ".join(n for n in (note, self._note(found) if found else "") if n)
+        self._remove_unit_dir(ep)
+        return note
+
+    def _unit_dir(self, ep: Endpoints) -> Path | None:
+        """The unit's folder as recorded, only when it is one under this driver's units/ (the path comes from
+        the state file)."""
+        folder = Path(ep.unit_dir) if ep.unit_dir else None
+        if folder is not None and folder.parent == self.workdir / "units" and not folder.is_symlink():
+            return folder
+        return None
+
+    def _remove_unit_dir(self, ep: Endpoints) -> None:
+        """The unit's serving copy, admin key copy and metrics files, once its server is gone."""
+        folder = self._unit_dir(ep)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def _stop_unrecorded_proxy(self) -> None:
+        """A proxy recorded only by its configuration (the command was killed before its group's record)."""
+        cfg = self.workdir / "haproxy.cfg"
+        if not self.proxy.get("pgid") and self.proxy.get("config") == str(cfg):
+            self._note(_stop_unrecorded(spawn_tag(cfg), "HAProxy"))
 
     def _note(self, text: str) -> str:
         self.notes.append(text)
         return text
 
-    def route(self, ep: dict[str, Any], key: str) -> None:
-        """Send requests that name `key` (a version number, or 'current') to the unit's slot."""
-        self._set_map(key, f"slot{ep['slot']}")
+    def route(self, ep: Endpoints, version: str) -> None:
+        """Send requests that name `version` to the unit's slot."""
+        self._set_map(version, f"slot{ep.slot}")
+
+    def alias(self, ep: Endpoints) -> None:
+        """Send requests that name the version 'current' to the unit's slot."""
+        self._set_map("current", f"slot{ep.slot}")
 
     def unroute(self, key: str) -> None:
         if self.proxy_alive():
@@ -246,77 +361,94 @@ class LocalDriver:
             if value == f"slot{slot}":
                 self.admin.send(f"del map {self.proxy['map']} {key}")
 
-    def metrics_text(self, ep: dict[str, Any]) -> str | None:
-        code, body = rest.request("GET", ep["metrics_url"], timeout=2.0)
+    def metrics_text(self, ep: Endpoints) -> str | None:
+        if not ep.metrics_url:
+            return None
+        code, body = rest.request("GET", ep.metrics_url, timeout=2.0)
         return body.decode(errors="replace") if code == 200 else None
 
-    def endpoints(self) -> dict[str, Any]:
-        return {k: self.proxy.get(k) for k in ("http_url", "grpc_url")}
+    def entry(self) -> Entry:
+        return Entry(http_url=self.proxy.get("http_url"), grpc_url=self.proxy.get("grpc_url"))
 
-    def shutdown(self, units: list[dict[str, Any]] = ()) -> None:  # type: ignore[assignment]
-        """Stop every unit given (or started here) and HAProxy."""
+    def teardown(self, units: Sequence[Endpoints]) -> list[str]:
+        before = len(self.notes)
+        self.shutdown(units)
+        return [n for n in self.notes[before:] if n]
+
+    def shutdown(self, units: Sequence[Endpoints | Mapping[str, Any]] = ()) -> None:
+        """Stop every unit given (endpoints, or the state's JSON of them) and those started here, then HAProxy."""
         for ep in units:
-            self.retire(ep)
+            self.retire(Endpoints.of(ep))
         for slot in list(self._servers):
-            self._servers.pop(slot).stop(grace=10.0)
+            stack = self._servers.pop(slot)
+            stack.stop()
+            if stack.options.state_dir is not None:
+                shutil.rmtree(stack.options.state_dir, ignore_errors=True)
         if self._haproxy is not None:
             self._haproxy.stop(grace=3.0)
             self._haproxy = None
         elif self.proxy.get("pgid"):
             self._note(_stop_recorded(self.proxy, "HAProxy"))
+        else:
+            self._stop_unrecorded_proxy()
         for key in ("pgid", "pg_start", "pg_exe", "pg_identity"):
             self.proxy.pop(key, None)
 
 
-def _group_alive(facts: dict[str, Any]) -> bool:
+def _check_port_base(base: int, slots: int, field: str) -> int:
+    if base and not 1 <= base <= 65536 - UNIT_PORTS * slots:
+        raise TritonpkgError(f"unit ports from {base} do not fit below 65536", field=field,
+                             expected=f"1..{65536 - UNIT_PORTS * slots} ({UNIT_PORTS} ports for each of {slots} "
+                                      "slots), or none for free ports")
+    return base
+
+
+def _url(ep: Endpoints) -> str:
+    if not ep.http_url:
+        raise TritonpkgError("the unit has no HTTP endpoint recorded (it never finished starting)", field="http_url")
+    return ep.http_url
+
+
+def _group_alive(ep: Endpoints) -> bool:
     """The recorded group still runs (and is the one recorded, when its identity was recorded)."""
-    pgid = facts.get("pgid")
-    if not pgid:
+    if not ep.pgid:
         return False
-    if facts.get("pg_start") is None:  # an older record: signal 0 only asks whether the group exists
+    if ep.pg_start is None:  # an older record: signal 0 only asks whether the group exists
         try:
-            os.killpg(pgid, 0)
+            os.killpg(ep.pgid, 0)
         except ProcessLookupError:
             return False
         except PermissionError:
             return True
         return True
-    return state.recorded_group(facts, "")[0] is not None
+    return state.recorded_group(ep.facts(), "")[0] is not None
 
 
-def _stop_recorded(facts: dict[str, Any], what: str, grace: float = 10.0) -> str:
-    """SIGTERM a process group an earlier command started, only once `state.recorded_group` found its leader
-    still the recorded process, then SIGKILL what is left after `grace`; returns what it found and did."""
+def spawn_tag(path: Path | str) -> str:
+    """The tag (proc.group.SPAWN_TAG) of the processes started for a unit folder or the proxy's configuration:
+    the resolved path, recorded in the state before the spawn."""
+    return str(Path(path).resolve())
+
+
+def _stop_unrecorded(tag: str, what: str, grace: float = 10.0) -> str:
+    """Stop what a killed command spawned with `tag` but never recorded (proc.group.stop_tagged)."""
+    found = proc_group.stop_tagged(tag, grace)
+    if not found:
+        return ""  # nothing was spawned, or it is gone
+    return f"{what}: spawned but not recorded (the command was killed); found by its folder: {'; '.join(found)}"
+
+
+def _stop_recorded(facts: Mapping[str, Any], what: str, grace: float = 10.0) -> str:
+    """Stop a process group an earlier command started, only once `state.recorded_group` found its leader
+    still the recorded process (proc.group.stop_adopted); returns what it found and did."""
     pgid, note = state.recorded_group(facts, what)
     if pgid is None:
         return note
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        return note + ": gone"
-    except PermissionError:
+    outcome = proc_group.stop_adopted(pgid, (int(facts["pg_start"]), str(facts["pg_exe"])), grace)
+    if outcome == "not permitted":
         return note + ": not permitted to signal it (another user's processes): not stopped"
-    deadline = time.monotonic() + grace
-    only_zombies = None
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return note + ": stopped"
-        if state.group_members(pgid):
-            only_zombies = None
-        elif only_zombies is None:
-            only_zombies = time.monotonic()
-        elif time.monotonic() - only_zombies > 2.0:  # exited; their parent has not reaped them (yet)
-            return note + ": stopped"
-        time.sleep(0.1)
-    # still there after the grace: the leader verified above, or its stragglers if it exited meanwhile (the
-    # group existed at every poll, and Linux reuses no pid that is still some process's group id)
-    now = state.process_identity(pgid)
-    if now is not None and now != (int(facts["pg_start"]), facts["pg_exe"]):
-        return note + ": stopped"
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    return note + ": killed"
+    return f"{note}: {outcome}"
+
+
+def _implements(driver: LocalDriver) -> Driver:
+    return driver  # mypy proves the driver implements the protocol

@@ -1,0 +1,136 @@
+"""The contract between the executor and a deploy target, in the manner of httpx's transport interface:
+one small protocol, one method per step kind that plan.py produces, many implementations
+(drivers/local.py: tritonservers behind HAProxy; drivers/kubernetes.py: objects through the API; the
+unit tests' fake). The executor owns the state file and the gate's judgement; a driver only acts on its
+target and says where each unit is (`Endpoints`, recorded in the state file and handed back on every
+later step, by this command or the next)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tritonpkg.deploy import iodiff
+from tritonpkg.deploy.plan import Unit
+
+
+class Release(BaseModel):
+    """What one deploy brings: a packaged repository holding one version of one model."""
+
+    model: str
+    version: int
+    repository: Path
+    smoke_request: dict[str, Any] | None = None
+    traffic_steps: list[int] = Field(default_factory=lambda: [10, 25, 50, 100])
+    replicas: int = 1
+    gpus: int = 0
+    weights: str | None = None
+    target_release: str = "24.10"
+    strategy: str = "auto"
+    min_requests: int | None = Field(default=None, ge=0, description="the spec's gate minimum; None: the default")
+    unit_port_base: int | None = Field(default=None, description="the spec's; None: the driver's or none")
+    schema_: iodiff.Schema | None = Field(default=None, alias="schema")
+    spec_file: Path | None = Field(default=None, description="packaged into `repository` by build(); None: built")
+
+    model_config = {"populate_by_name": True}
+
+
+class Endpoints(BaseModel):
+    """Where one unit is and what started it, as the state file keeps it (a JSON object per unit). Each
+    target fills its own fields; a state written by another tritonpkg may hold more, kept as they are."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    # local: the HAProxy slot, the unit's process group (its leader's identity) and its own ports
+    slot: int | None = None
+    pgid: int | None = None
+    pg_start: int | None = Field(default=None, description="leader's start time, clock ticks since boot")
+    pg_exe: str | None = Field(default=None, description="leader's executable")
+    pg_identity: str | None = Field(default=None, description="'unrecorded': from a state without the identity")
+    http_url: str | None = None
+    grpc_url: str | None = None
+    metrics_url: str | None = None
+    log: str | None = None
+    repository: str | None = None
+    serving_repository: str | None = None
+    unit_dir: str | None = None
+    weights: list[dict[str, Any]] | None = None
+    # kubernetes: the unit's Deployment/Service name
+    name: str | None = None
+    namespace: str | None = None
+    # the executor's: the unit's I/O schema (auto strategy) and the success count last seen (gc)
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    seen: float | None = None
+
+    @classmethod
+    def of(cls, facts: Mapping[str, Any] | Endpoints | None) -> Endpoints:
+        return facts if isinstance(facts, Endpoints) else cls.model_validate(dict(facts or {}))
+
+    def facts(self) -> dict[str, Any]:
+        """The JSON object the state file keeps (fields never set are left out)."""
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
+class Entry(BaseModel):
+    """Where consumers connect to the deployment (the local proxy's ports, or the route's name)."""
+
+    http_url: str | None = None
+    grpc_url: str | None = None
+    route: str | None = None
+
+
+OnStarted = Callable[[Endpoints], None]
+"""Facts to record now, before the step returns: a process a killed command leaves must be findable."""
+
+
+class Driver(Protocol):
+    """What a deploy target implements. `proxy` holds the target's shared facts the state file keeps
+    (the local HAProxy: socket, ports, process group); empty where there is none."""
+
+    target: str
+    proxy: dict[str, Any]
+
+    def sync(self, model: str, units: Sequence[Mapping[str, Any]], alias: str | None) -> None:
+        """Take the state's picture (units rows, the alias) before any step: each command has a fresh driver."""
+
+    # -- one method per step kind --------------------------------------------------------------------
+    def provision(self, model: str, unit: Unit, release: Release, taken_slots: set[int],
+                  on_started: OnStarted) -> Endpoints:
+        """Start the unit (not yet routed); `on_started` gets what must be recorded before it is ready."""
+
+    def health_check(self, model: str, version: int, ep: Endpoints, smoke: dict[str, Any] | None) -> str:
+        """Wait until the unit serves `version` (and answers the canary where the target can send one)."""
+
+    def shift(self, weights: Mapping[str, tuple[Endpoints, int]]) -> None:
+        """unit -> (endpoints, percent of the shared route), applied in one operation."""
+
+    def alive(self, ep: Endpoints) -> bool:
+        """gate: the unit still runs."""
+
+    def metrics_text(self, ep: Endpoints) -> str | None:
+        """gate (and gc): the unit's Prometheus text, None where the target has none reachable."""
+
+    def scale(self, replicas: Mapping[str, int]) -> str:
+        """unit -> replica count."""
+
+    def drain(self, ep: Endpoints) -> None:
+        """No new requests for the unit; its open ones finish (bounded)."""
+
+    def retire(self, ep: Endpoints) -> str:
+        """Take the unit out of routing and stop it; returns a note when something was found (or left)."""
+
+    def route(self, ep: Endpoints, version: str) -> None:
+        """Requests naming `version` go to the unit."""
+
+    def alias(self, ep: Endpoints) -> None:
+        """Requests naming the current version (x-model-version: current) go to the unit."""
+
+    # -- status and teardown ---------------------------------------------------------------------------
+    def entry(self) -> Entry:
+        """Where consumers connect."""
+
+    def teardown(self, units: Sequence[Endpoints]) -> list[str]:
+        """Stop every unit given and the target's shared parts (the local proxy); returns notes."""
