@@ -13,9 +13,10 @@ import logging
 import os
 import re
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager, suppress
-from typing import Any, Callable
+from contextlib import asynccontextmanager, contextmanager, suppress
+from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -27,13 +28,21 @@ from tritonpkg.frontend.catalog import Catalog, ModelEntry
 from tritonpkg.frontend.embeddings import embed_texts, embeddings_body, input_texts
 from tritonpkg.frontend.errors import APIError, field_path
 from tritonpkg.frontend.guard import RequestGuard
-from tritonpkg.frontend.mapping import (Plan, chat_messages, chat_plan, completion_plan, default_max_tokens,
-                                        without_added_bos)
+from tritonpkg.frontend.mapping import (
+    Plan,
+    Prompt,
+    chat_messages,
+    chat_plan,
+    completion_plan,
+    default_max_tokens,
+    stream_requests,
+    without_added_bos,
+)
 from tritonpkg.frontend.parsing import ChatParse, ModelParsers
 from tritonpkg.frontend.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, RerankRequest
 from tritonpkg.frontend.responses import chat_body, completion_body, new_id, rerank_body
 from tritonpkg.frontend.settings import FrontendSettings
-from tritonpkg.frontend.streaming import chat_events, completion_events
+from tritonpkg.frontend.streaming import Stream, chat_events, completion_events
 from tritonpkg.frontend.triton import Output, TritonBackend
 
 log = logging.getLogger("tritonpkg.frontend")
@@ -44,13 +53,15 @@ ERROR_SCHEMA = {
         "message": {"type": "string"}, "type": {"type": "string"},
         "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}},
 }
-ERRORS = {status: {"description": text, "content": {"application/json": {"schema": ERROR_SCHEMA}}}
+Responses = dict[int | str, dict[str, Any]]  # FastAPI's `responses=`: status -> OpenAPI response
+ERRORS: Responses = {status: {"description": text, "content": {"application/json": {"schema": ERROR_SCHEMA}}}
           for status, text in ((400, "Invalid request (the field is named in error.param)"),
                                (404, "Unknown model"), (413, "The body is larger than --max-request-bytes"),
                                (503, "Triton or the model is not ready"))}
-UNAUTHORIZED = {401: {"description": "Missing or incorrect API key (Authorization: Bearer <key>)",
+UNAUTHORIZED: Responses = {401: {"description": "Missing or incorrect API key (Authorization: Bearer <key>)",
                       "content": {"application/json": {"schema": ERROR_SCHEMA}}}}
-SSE = {200: {"content": {"text/event-stream": {}}, "description": "JSON, or server-sent events with stream=true"}}
+SSE: Responses = {200: {"content": {"text/event-stream": {}},
+                         "description": "JSON, or server-sent events with stream=true"}}
 INLINE_TOKENIZE_CHARS = 1024  # shorter prompts are tokenized on the event loop (at most ~1 ms)
 
 
@@ -92,7 +103,7 @@ def _api_error(_request: Request, exc: APIError) -> JSONResponse:
 
 
 def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
-    log.exception("unexpected frontend error")
+    log.error("unexpected frontend error", exc_info=exc)
     return JSONResponse(APIError(500, f"internal error: {type(exc).__name__}: {exc}").body(), status_code=500)
 
 
@@ -168,7 +179,8 @@ def create_app(settings: FrontendSettings) -> FastAPI:
             return JSONResponse({"status": "not ready", "reason": exc.message}, status_code=503)
         not_ready = {m["name"]: m.get("state") for m in models if m.get("state") and m.get("state") != "READY"}
         if not server or not_ready or not models:
-            reason = "Triton is not ready" if not server else (f"models not ready: {not_ready}" if not_ready else "no models")
+            reason = ("Triton is not ready" if not server
+                      else f"models not ready: {not_ready}" if not_ready else "no models")
             return JSONResponse({"status": "not ready", "reason": reason}, status_code=503)
         return JSONResponse({"status": "ready", "models": sorted(m["name"] for m in models)})
 
@@ -181,18 +193,26 @@ def create_app(settings: FrontendSettings) -> FastAPI:
         plan = completion_plan(body)
         _check_sequences(plan, settings.max_sequences)
         entry = await catalog(request).get(body.model, ("generate",))
+        _check_backend_inputs(entry, plan)
+        _check_token_ids(entry, plan.prompts, "prompt")
         for i, prompt in enumerate(plan.prompts):
-            _check_prompt_bytes(entry, prompt, "prompt", f" (prompt {i})" if len(plan.prompts) > 1 else "")
+            if isinstance(prompt, str):
+                _check_prompt_bytes(entry, prompt, "prompt", f" (prompt {i})" if len(plan.prompts) > 1 else "")
         if "max_tokens" not in plan.params and entry.tokenizer is not None:
-            longest = await _tokenizing(request, sum(map(len, plan.prompts)), _longest_prompt, entry.tokenizer,
-                                        plan.prompts)
+            chars = sum(len(p) for p in plan.prompts if isinstance(p, str))
+            longest = await _tokenizing(request, chars, _longest_prompt, entry.tokenizer, plan.prompts)
             _set_default_max_tokens(plan, entry, longest, "prompt")
+        texts = _echo_texts(entry, plan)
         rid, created = new_id("cmpl"), int(time.time())
         if plan.stream:
-            first, rest = await _start(backend(request), entry, plan, plan.prompts[0])
-            return _sse(completion_events(rid, created, body.model, plan, first, rest))
-        outputs = await _unless_client_leaves(request, _each(backend(request), entry, plan))
-        return _json(completion_body(rid, created, body.model, plan.prompts, outputs, plan.echo, plan.logprobs))
+            with _naming_the_prompt("prompt"):
+                streams = await _start_all(backend(request), entry, stream_requests(plan, plan.prompts))
+            _name_first_prompt_tokens(entry, [first for first, _ in streams])
+            return _sse(completion_events(rid, created, body.model, plan, streams, texts))
+        with _naming_the_prompt("prompt"):
+            outputs = await _unless_client_leaves(request, _each(backend(request), entry, plan))
+        _name_first_prompt_tokens(entry, outputs)
+        return _json(completion_body(rid, created, body.model, texts, outputs, plan.echo, plan.logprobs))
 
     @app.post("/v1/chat/completions", responses={**SSE, **errors}, dependencies=v1)
     async def chat(body: ChatCompletionRequest, request: Request):
@@ -212,16 +232,20 @@ def create_app(settings: FrontendSettings) -> FastAPI:
             _set_default_max_tokens(plan, entry, n_prompt, "messages")
         rid, created = new_id("chatcmpl"), int(time.time())
         if plan.stream:
-            first, rest = await _start(backend(request), entry, plan, prompt)
-            return _sse(chat_events(rid, created, body.model, plan, first, rest, parse))
-        output = await _unless_client_leaves(request, _one(backend(request), entry, plan, prompt))
+            with _naming_the_prompt("messages"):
+                streams = await _start_all(backend(request), entry, stream_requests(plan, [prompt]))
+            return _sse(chat_events(rid, created, body.model, plan, streams, parse))
+        with _naming_the_prompt("messages"):
+            output = await _unless_client_leaves(request, _one(backend(request), entry, plan, prompt))
         return _json(chat_body(rid, created, body.model, output, plan.logprobs, plan.tool, parse))
 
     @app.post("/v1/embeddings", responses=errors, dependencies=v1)
     async def embeddings(body: EmbeddingRequest, request: Request):
         texts = input_texts(body)
         entry = await catalog(request).get(body.model)
-        vectors, tokens = await embed_texts(entry, texts, body.dimensions, backend(request))
+        _check_token_ids(entry, texts, "input")
+        with _naming_the_prompt("input"):
+            vectors, tokens = await embed_texts(entry, texts, body.dimensions, backend(request))
         return _json(embeddings_body(body, vectors, tokens))
 
     @app.post("/v1/rerank", responses=errors, dependencies=v1)
@@ -237,9 +261,10 @@ def create_app(settings: FrontendSettings) -> FastAPI:
 
 def _model_card(m: ModelEntry) -> dict[str, Any]:
     """vLLM's model card: `root` the served name (vLLM puts its weights path there; this server does not show
-    paths), `parent` null (no adapters), `max_model_len` the context (null when unknown)."""
+    paths), `parent` the base model of a LoRA adapter (null otherwise), `max_model_len` the context (null when
+    unknown)."""
     return {"id": m.name, "object": "model", "created": m.created, "owned_by": "tritonpkg", "root": m.name,
-            "parent": None, "max_model_len": m.max_model_len, "kind": m.kind, "version": m.version}
+            "parent": m.parent, "max_model_len": m.max_model_len, "kind": m.kind, "version": m.version}
 
 
 def _parsers(entry: ModelEntry) -> ModelParsers | None:
@@ -291,8 +316,69 @@ def _count(tokenizer: Any, text: str, add_special_tokens: bool) -> int:
     return len(tokenizer.encode(text, add_special_tokens=add_special_tokens))
 
 
-def _longest_prompt(tokenizer: Any, prompts: list[str]) -> int:
-    return max(_count(tokenizer, p, True) for p in prompts)
+def _longest_prompt(tokenizer: Any, prompts: list[Prompt]) -> int:
+    return max(_count(tokenizer, p, True) if isinstance(p, str) else len(p) for p in prompts)
+
+
+def _check_backend_inputs(entry: ModelEntry, plan: Plan) -> None:
+    """Token-id prompts and prompt log-probabilities need inputs the vLLM backend has (NVIDIA's does not)."""
+    if any(not isinstance(p, str) for p in plan.prompts) and "prompt_token_ids" not in entry.inputs:
+        raise APIError(400, f"model '{entry.name}' takes text prompts only (its backend has no 'prompt_token_ids' "
+                            "input)", param="prompt")
+    if "prompt_logprobs" in plan.params and "return_prompt_logprobs" not in entry.inputs:
+        raise APIError(400, f"'echo' with 'logprobs' needs prompt log-probabilities, which model '{entry.name}''s "
+                            "backend does not return (no 'return_prompt_logprobs' input)", param="echo")
+
+
+def _check_token_ids(entry: ModelEntry, prompts: list[Any], field: str) -> None:
+    """Token-id prompts against the model's vocabulary and context, before the engine sees them (vLLM
+    would refuse them too, naming no field or `input_tokens`)."""
+    for i, ids in enumerate(prompts):
+        if isinstance(ids, str):
+            continue
+        where = f"{field}.{i}" if len(prompts) > 1 else field
+        vocab, context = entry.vocab_size, entry.max_model_len
+        if vocab is not None and (top := max(ids)) >= vocab:
+            raise APIError(400, f"'{where}' holds token id {top}; model '{entry.name}' has a vocabulary of {vocab} "
+                                f"ids (0 to {vocab - 1})", param=field)
+        if context is not None and len(ids) >= context:
+            raise APIError(400, f"'{where}' has {len(ids)} tokens; model '{entry.name}''s context is {context}",
+                           param=field)
+
+
+VLLM_PROMPT_PARAMS = ("input_tokens", "prompt_token_ids")  # what vLLM names a prompt that does not fit
+
+
+@contextmanager
+def _naming_the_prompt(field: str) -> Iterator[None]:
+    """A backend refusal of the prompt itself (too long for the context, a token id out of vocabulary)
+    names the request's field (`prompt`, `messages`, `input`), not vLLM's internal name for it."""
+    try:
+        yield
+    except APIError as exc:
+        if exc.status == 400 and (exc.param in VLLM_PROMPT_PARAMS
+                                  or (exc.param is None and "out of vocabulary" in exc.message)):
+            raise APIError(400, exc.message, param=field, type=exc.type, code=exc.code) from None
+        raise
+
+
+def _name_first_prompt_tokens(entry: ModelEntry, outputs: list[Output]) -> None:
+    """The backend names a prompt's first token by id only (vLLM scores it with nothing); its text is the
+    tokenizer's, as vLLM's server decodes it."""
+    for output in outputs:
+        first = output.prompt_logprobs[0]["sampled"] if output.prompt_logprobs else None
+        if first is not None and not first["token"] and entry.tokenizer is not None:
+            first["token"] = entry.tokenizer.decode([first["id"]])
+
+
+def _echo_texts(entry: ModelEntry, plan: Plan) -> list[str]:
+    """Each prompt as echoed: its text, or its token ids decoded (as vLLM's server echoes them)."""
+    if not plan.echo or all(isinstance(p, str) for p in plan.prompts):
+        return [p if isinstance(p, str) else "" for p in plan.prompts]
+    if entry.tokenizer is None:
+        raise APIError(400, f"'echo' of token ids needs model '{entry.name}''s tokenizer: {entry.tokenizer_error}",
+                       param="echo")
+    return [p if isinstance(p, str) else entry.tokenizer.decode(p) for p in plan.prompts]
 
 
 def _set_default_max_tokens(plan: Plan, entry: ModelEntry, prompt_tokens: int, param: str) -> None:
@@ -319,16 +405,33 @@ def _render_chat(entry: ModelEntry, body: ChatCompletionRequest, plan: Plan) -> 
     try:
         prompt = tokenizer.apply_chat_template(chat_messages(body), tools=plan.tools or None, tokenize=False,
                                                add_generation_prompt=True, **extra)
-    except Exception as exc:  # noqa: BLE001 - a template's own error (e.g. a role it refuses) is the request's
+    except Exception as exc:
         raise APIError(400, f"the chat template of model '{entry.name}' refused the messages: {exc}",
                        param="messages") from None
     _check_prompt_bytes(entry, prompt, "messages", " rendered by the chat template")
     return without_added_bos(prompt, entry.bos_added), _count(tokenizer, prompt, False)
 
 
-async def _start(be: TritonBackend, entry: ModelEntry, plan: Plan, prompt: str):
+async def _start_all(be: TritonBackend, entry: ModelEntry,
+                     requests: list[tuple[Prompt, dict[str, Any]]]) -> list[Stream]:
+    """Begin every choice's streamed generation at once and wait for each one's first response; a rejection
+    of any keeps its status and closes the others."""
+    if len(requests) == 1:
+        return [await _start(be, entry, *requests[0])]
+    started = await asyncio.gather(*(_start(be, entry, prompt, params) for prompt, params in requests),
+                                   return_exceptions=True)
+    failed = [s for s in started if isinstance(s, BaseException)]
+    if failed:
+        for s in started:
+            if not isinstance(s, BaseException):
+                await s[1].aclose()  # type: ignore[attr-defined]
+        raise failed[0]
+    return started  # type: ignore[return-value]
+
+
+async def _start(be: TritonBackend, entry: ModelEntry, prompt: Prompt, params: dict[str, Any]) -> Stream:
     """Begin a streamed generation and wait for its first response (so rejections keep their status)."""
-    rest = be.generate(entry.name, prompt, plan.params, True, entry.returns)
+    rest = be.generate(entry.triton_name, prompt, entry.with_adapter(params), True, entry.returns)
     try:
         first = await rest.__anext__()
     except StopAsyncIteration:
@@ -382,9 +485,10 @@ async def _unless_client_leaves(request: Request, work):
     return task.result()
 
 
-async def _one(be: TritonBackend, entry: ModelEntry, plan: Plan, prompt: str) -> Output:
+async def _one(be: TritonBackend, entry: ModelEntry, plan: Plan, prompt: Prompt) -> Output:
     try:
-        outputs = [o async for o in be.generate(entry.name, prompt, plan.params, False, entry.returns)]
+        outputs = [o async for o in be.generate(entry.triton_name, prompt, entry.with_adapter(plan.params), False,
+                                                entry.returns)]
     except APIError as exc:
         raise in_served_terms(entry, exc) from None
     if len(outputs) != 1:

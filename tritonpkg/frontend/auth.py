@@ -46,8 +46,9 @@ def read_key_file(path: Path) -> str:
             raise ApiKeyError("the API key file is not a regular file", file=path, field="--api-key-file",
                               expected="a regular file")
         if info.st_mode & 0o077:
-            raise ApiKeyError(f"the API key file is readable or writable by others (mode {stat.S_IMODE(info.st_mode):o})",
-                              file=path, field="--api-key-file", expected="mode 600 or 400 (chmod 600 FILE)")
+            mode = stat.S_IMODE(info.st_mode)
+            raise ApiKeyError(f"the API key file is readable or writable by others (mode {mode:o})", file=path,
+                              field="--api-key-file", expected="mode 600 or 400 (chmod 600 FILE)")
         data = fh.read(MAX_KEY_FILE_BYTES + 1)
     if len(data) > MAX_KEY_FILE_BYTES:
         raise ApiKeyError("the API key file is too large", file=path, field="--api-key-file",
@@ -97,6 +98,6 @@ def exposure_warning(host: str, port: int | str, has_key: bool, what: str = "the
     """The warning for an API that anyone on the network can use, or None."""
     if has_key or is_loopback(host):
         return None
-    where = "every interface" if host in ("", "0.0.0.0", "::") else host
+    where = "every interface" if host in ("", "0.0.0.0", "::") else host  # noqa: S104  names the wildcard, binds nothing
     return (f"{what} listens on {where} (port {port}) without an API key: anyone who can reach the port can run "
             f"the models and use their compute; set --api-key-file FILE (or {ENV}) or listen on 127.0.0.1")

@@ -9,6 +9,7 @@ the repository a vLLM model is probed once: a pooling engine refuses sampling pa
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ REFRESH_MIN_INTERVAL_S = 1.0
 POOLING_RUNNERS = {"pooling"}
 POOLING_CONVERTS = {"embed", "embedding"}
 LOCK_NAME = "tritonpkg.lock.json"
+MULTI_LORA = "multi_lora.json"
 MAX_LOCK_BYTES = 16 << 20
 GENERATE_INPUTS = {"text_input", "sampling_parameters"}  # the vLLM backend's contract (NVIDIA's mock_llm speaks it)
 
@@ -36,6 +38,7 @@ class ModelEntry:
     backend: str
     created: int
     returns: frozenset[str] = frozenset()  # which return_* inputs the model's config declares
+    inputs: frozenset[str] = frozenset()  # every input it declares
     engine_args: dict[str, Any] | None = None
     source: Path | None = None  # the version folder, when the repository is known
     tokenizer: Any = field(default=None, repr=False)
@@ -45,6 +48,18 @@ class ModelEntry:
     parser_names: dict[str, str] = field(default_factory=dict)  # the spec's openai tool_call/reasoning parsers
     parsers: Any = field(default=None, repr=False)  # parsing.ModelParsers, loaded when parser_names is set
     parser_error: str | None = None
+    vocab_size: int | None = None  # token ids below it are the model's (None: unknown, the backend checks)
+    parent: str | None = None  # a LoRA adapter's base: the Triton model that serves it
+    lora_name: str | None = None  # the adapter a request to this entry selects (NVIDIA's `lora_name`)
+
+    @property
+    def triton_name(self) -> str:
+        """The Triton model a request goes to: the base, for an adapter."""
+        return self.parent or self.name
+
+    def with_adapter(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The request's sampling_parameters, with the adapter's `lora_name` for an adapter's entry."""
+        return {**params, "lora_name": self.lora_name} if self.lora_name else params
 
     @property
     def max_model_len(self) -> int | None:
@@ -57,6 +72,12 @@ class ModelEntry:
         if self.max_model_len is None or self.token_bytes is None:
             return None
         return self.max_model_len * self.token_bytes
+
+    def weights_path(self) -> Path | None:
+        path = (self.engine_args or {}).get("model")
+        if not path:
+            return None
+        return Path(path) if Path(path).is_absolute() or self.source is None else self.source / path
 
     def tokenizer_path(self) -> str | None:
         if not self.engine_args:
@@ -99,7 +120,7 @@ def is_generate_contract(config: dict[str, Any]) -> bool:
     """A Python-backend model that takes text_input + sampling_parameters and gives text_output."""
     inputs = {i.get("name") for i in config.get("input", [])}
     outputs = {o.get("name") for o in config.get("output", [])}
-    return config.get("backend") == "python" and GENERATE_INPUTS <= inputs and "text_output" in outputs
+    return config.get("backend") == "python" and inputs >= GENERATE_INPUTS and "text_output" in outputs
 
 
 def read_parser_names(repository: Path | None, name: str, version: str) -> dict[str, str]:
@@ -110,8 +131,9 @@ def read_parser_names(repository: Path | None, name: str, version: str) -> dict[
     try:
         with open(repository / LOCK_NAME, "rb") as fh:
             raw = fh.read(MAX_LOCK_BYTES + 1)
-        lock = json.loads(raw) if len(raw) <= MAX_LOCK_BYTES else None
-        names = lock["models"][name]["versions"][version]["serving"].get("openai_parsers") or {}
+        if len(raw) > MAX_LOCK_BYTES:
+            return {}
+        names = json.loads(raw)["models"][name]["versions"][version]["serving"].get("openai_parsers") or {}
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return {}
     if not isinstance(names, dict):
@@ -127,6 +149,21 @@ def read_engine_args(version_dir: Path) -> dict[str, Any] | None:
     except (OSError, json.JSONDecodeError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def read_adapter_names(entry: ModelEntry) -> list[str]:
+    """The LoRA adapters a vLLM model serves: its multi_lora.json's names (NVIDIA's list, read by the backend when
+    model.json has enable_lora), in order; [] when LoRA is off or the list cannot be read (the backend then
+    fails the model's load itself)."""
+    if entry.source is None or str((entry.engine_args or {}).get("enable_lora", "")).lower() != "true":
+        return []
+    try:
+        with open(entry.source / MULTI_LORA, "rb") as fh:
+            raw = fh.read(MAX_LOCK_BYTES + 1)
+        names = json.loads(raw) if len(raw) <= MAX_LOCK_BYTES else {}
+    except (OSError, ValueError, RecursionError):
+        return []
+    return [n for n in names if isinstance(n, str) and n] if isinstance(names, dict) else []
 
 
 class Catalog:
@@ -166,6 +203,10 @@ class Catalog:
                 entry = await self._describe(name, version)
                 if entry is not None and (name not in found or _newer(version, found[name].version)):
                     found[name] = entry
+            for base in [found[n] for n in sorted(found) if found[n].kind == "generate"]:
+                for adapter in read_adapter_names(base):
+                    if adapter not in found:  # a Triton model of that name wins
+                        found[adapter] = dataclasses.replace(base, name=adapter, parent=base.name, lora_name=adapter)
             self.models = found
             self._refreshed = time.monotonic()
 
@@ -181,12 +222,14 @@ class Catalog:
         inputs = {i.get("name") for i in config.get("input", [])}
         entry = ModelEntry(name=name, version=version, kind=kind, backend=config.get("backend", ""),
                            created=int(time.time()), returns=frozenset(inputs & set(RETURN_FLAGS)),
+                           inputs=frozenset(n for n in inputs if isinstance(n, str)),
                            engine_args=engine_args, source=source,
                            parser_names=read_parser_names(self.repository, name, version) if kind == "generate" else {})
         if kind == "generate":
             await asyncio.to_thread(load_tokenizer, entry)
             if entry.parser_names:
                 await asyncio.to_thread(load_parsers, entry)
+        entry.vocab_size = vocab_size(entry)
         return entry
 
     async def _probe(self, name: str) -> Kind:
@@ -207,6 +250,28 @@ def _newer(a: str, b: str) -> bool:
     return (int(a), a) > (int(b), b) if a.isdigit() and b.isdigit() else a > b
 
 
+def vocab_size(entry: ModelEntry) -> int | None:
+    """How many token ids the model takes, as vLLM's renderer bounds a token-id prompt: the larger of the
+    model's vocabulary (its config.json) and the tokenizer's; None when neither is known."""
+    sizes = []
+    weights = entry.weights_path()
+    if weights is not None:
+        try:
+            with open(weights / "config.json", "rb") as fh:
+                config = json.loads(fh.read(MAX_LOCK_BYTES))
+            value = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                sizes.append(value)
+        except (OSError, ValueError, AttributeError, RecursionError):
+            pass  # a Hub id or a folder without config.json: the tokenizer's size, or no bound
+    tokenizer = entry.tokenizer
+    if tokenizer is not None:
+        inner: Any = getattr(tokenizer, "tokenizer", None)  # ChatTokenizer: tokenizers.Tokenizer; else transformers'
+        sizes.append(inner.get_vocab_size(with_added_tokens=True) if hasattr(inner, "get_vocab_size")
+                     else len(tokenizer))
+    return max(sizes) if sizes else None
+
+
 def load_tokenizer(entry: ModelEntry) -> None:
     """Load the model's tokenizer (chat template, prompt token counts); a failure is kept and reported
     by the requests that need it, so the rest of the model keeps serving."""
@@ -223,7 +288,7 @@ def load_tokenizer(entry: ModelEntry) -> None:
         bos_id = entry.tokenizer.bos_token_id
         if bos_id is not None and entry.tokenizer.encode("a")[:1] == [bos_id]:
             entry.bos_added = entry.tokenizer.bos_token
-    except Exception as exc:  # noqa: BLE001 - any loader failure is reported per request
+    except Exception as exc:
         entry.tokenizer_error = f"could not load the tokenizer of model '{entry.name}' from {path}: {exc}"
 
 
@@ -238,6 +303,6 @@ def load_parsers(entry: ModelEntry) -> None:
         from tritonpkg.frontend.parsing import load_parsers as load
 
         entry.parsers = load(entry.parser_names, path, entry.name)
-    except Exception as exc:  # noqa: BLE001 - an unknown parser or a tokenizer it cannot use
+    except Exception as exc:
         entry.parser_error = (f"the OpenAI parsers {entry.parser_names} of model '{entry.name}' did not load: "
                               f"{type(exc).__name__}: {exc}")

@@ -44,6 +44,9 @@ class ChatTokenizer:
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
 
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
     def count(self, text: str, add_special_tokens: bool = True) -> int:
         """len(encode(text)), for a worker thread: `encode` holds the GIL throughout (a 2 MB prompt stalled the
         event loop 4-5 s here), the batch call releases it, and the fast one skips the offsets (half the time)."""
@@ -95,7 +98,8 @@ def bytes_per_token(tokenizer: Any) -> int | None:
         return None
     spec = json.loads(inner.to_str())
     model = spec.get("model") or {}
-    if model.get("type") != "BPE" or (model.get("unk_token") and model.get("fuse_unk") and not model.get("byte_fallback")):
+    fused_unknowns = model.get("unk_token") and model.get("fuse_unk") and not model.get("byte_fallback")
+    if model.get("type") != "BPE" or fused_unknowns:
         return None  # WordPiece/WordLevel/Unigram unknowns and fused BPE unknowns cover any length of text
     if any(t.get("lstrip") or t.get("rstrip") for t in spec.get("added_tokens") or []):
         return None
@@ -123,7 +127,7 @@ def _normalizer_folding(normalizer: dict | None) -> int | None:
         if "String" not in pattern or not content:
             return None  # a regex, or a replacement that deletes
         return max(1, -(-len(pattern["String"].encode()) // len(content.encode())))
-    return _FOLDING.get(kind)
+    return _FOLDING.get(kind) if isinstance(kind, str) else None
 
 
 def _keeps_bytes(pre: dict | None) -> bool:
@@ -152,10 +156,9 @@ def _special_tokens(config: dict) -> dict[str, str]:
     for key, value in config.items():
         if not (key in NAMED_TOKENS or key.endswith("_token")):
             continue
-        if isinstance(value, dict):
-            value = value.get("content")
-        if isinstance(value, str):
-            out[key] = value
+        token = value.get("content") if isinstance(value, dict) else value
+        if isinstance(token, str):
+            out[key] = token
     return out
 
 
@@ -195,7 +198,7 @@ def _compiled(source: str):
     class Generation(jinja2.ext.Extension):
         """`{% generation %}...{% endgeneration %}` marks assistant text for training masks; rendering keeps it."""
 
-        tags = {"generation"}
+        tags = {"generation"}  # noqa: RUF012  jinja2's Extension declares `tags` as a plain attribute
 
         def parse(self, parser):
             lineno = next(parser.stream).lineno
@@ -215,5 +218,5 @@ def _compiled(source: str):
                                         extensions=[Generation, jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)  # noqa: DTZ005  templates get the local date, as in transformers
     return env.from_string(source)

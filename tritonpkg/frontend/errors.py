@@ -14,7 +14,8 @@ UNAVAILABLE = "service_unavailable"
 class APIError(Exception):
     """A request the frontend answers with an error status; `param` names the offending field."""
 
-    def __init__(self, status: int, message: str, *, param: str | None = None, type: str | None = None,
+    def __init__(self, status: int, message: str, *, param: str | None = None,
+                 type: str | None = None,  # noqa: A002  OpenAI's error object names the field `type`
                  code: str | None = None) -> None:
         super().__init__(message)
         self.status = status

@@ -10,7 +10,8 @@ routes) go to the server unchanged."""
 from __future__ import annotations
 
 import json
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from tritonpkg.frontend.auth import bearer_matches, digest
 from tritonpkg.frontend.errors import INVALID, APIError

@@ -7,15 +7,25 @@ never served with a field silently ignored."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Union
 
 from pydantic import BaseModel
 
 from tritonpkg.frontend.errors import APIError, invalid
+from tritonpkg.frontend.protocol import (
+    HARMLESS,
+    INT64_MAX,
+    UNSUPPORTED,
+    ChatCompletionRequest,
+    CompletionRequest,
+    ResponseFormat,
+    SamplingFields,
+)
 from tritonpkg.safepath import quote
-from tritonpkg.frontend.protocol import (HARMLESS, INT64_MAX, UNSUPPORTED, ChatCompletionRequest, CompletionRequest,
-                                         SamplingFields)
+
+Prompt = Union[str, list[int]]  # noqa: UP007 - a runtime alias: text, or token ids (vLLM's TokensPrompt)
 
 # Request fields copied unchanged into sampling_parameters when set.
 PASSTHROUGH = (
@@ -32,7 +42,7 @@ CONSTRAINT_FIELDS = ("response_format", "guided_json", "guided_regex", "guided_c
 class Plan:
     """What to send to Triton for one OpenAI request, and how to shape the answer."""
 
-    prompts: list[str]
+    prompts: list[Prompt]
     params: dict[str, Any]
     stream: bool
     n: int = 1
@@ -41,6 +51,21 @@ class Plan:
     logprobs: int | None = None  # top-k to report, None: no logprobs
     tool: str | None = None  # the forced function: the output is its arguments
     tools: list[dict[str, Any]] = field(default_factory=list)  # for the chat template
+
+
+def stream_requests(plan: Plan, prompts: list[Prompt]) -> list[tuple[Prompt, dict[str, Any]]]:
+    """A streamed request as one backend request per choice, in choice order (prompt by prompt, n each):
+    the backend's stream carries no choice index, so each choice streams on its own call. These are the
+    requests vLLM itself makes of n > 1 (its child requests: n=1, the seed + the choice's index), so a
+    seeded stream samples what the same request unstreamed does."""
+    out: list[tuple[Prompt, dict[str, Any]]] = []
+    for prompt in prompts:
+        for i in range(plan.n):
+            params = {**plan.params, "n": 1} if plan.n > 1 else plan.params
+            if plan.n > 1 and plan.params.get("seed") is not None:
+                params["seed"] = plan.params["seed"] + i
+            out.append((prompt, params))
+    return out
 
 
 def reject_unsupported(req: BaseModel) -> None:
@@ -55,23 +80,100 @@ def sampling_parameters(req: SamplingFields, max_tokens: int | None) -> dict[str
     """The fields both routes share -> sampling_parameters; one structured-output constraint at most."""
     if req.stream_options is not None and not req.stream:
         raise invalid("'stream_options' is only allowed with 'stream': true", "stream_options")
-    if req.stream and req.n > 1:
-        raise invalid("'n' > 1 cannot be streamed by the vLLM backend (its stream carries no choice index); "
-                      "use n=1 or stream=false", "n")
     params: dict[str, Any] = {name: getattr(req, name) for name in PASSTHROUGH if getattr(req, name) is not None}
     if max_tokens is not None:
         params["max_tokens"] = max_tokens
     if req.logit_bias:
         params["logit_bias"] = _logit_bias(req.logit_bias)
     if req.guided_json is not None:
-        params["guided_json"] = req.guided_json
+        params["guided_json"] = strict_json_strings(req.guided_json)
+    if req.structured_outputs is not None:
+        params["structured_outputs"] = strict_structured_outputs(req.structured_outputs)
     if req.response_format is not None:
-        params["response_format"] = _response_format(req)
+        params["response_format"] = _response_format(req.response_format)
     constraints = [name for name in CONSTRAINT_FIELDS if name in params]
     if len(constraints) > 1:
         raise invalid(f"only one structured-output constraint per request; got {', '.join(constraints)}",
                       constraints[1])
     return params
+
+
+NO_CONTROL = "[^\\x00-\\x1f]"  # a character RFC 8259 lets a JSON string hold unescaped
+STRING_BOUNDS = ("minLength", "maxLength")
+
+
+def strict_json_strings(schema: Any) -> Any:
+    """A JSON schema whose constrained outputs a strict JSON parser accepts. xgrammar writes a string with
+    minLength/maxLength as up to n of `[^"\\\r\n]`, which lets U+0000-U+001F through unescaped (RFC 8259
+    forbids them; vLLM's offline engine: 28-31 of 50 outputs of the tiny model failed json.loads); such a
+    string becomes the same bounds as a `pattern` that excludes them (xgrammar matches a pattern against
+    the string's value, escaping what must be). Strings with their own pattern or format, and everything
+    else, are left as they are; the caller's schema is not changed."""
+    if isinstance(schema, str):  # the schema as JSON text (vLLM takes both); text that is no JSON is vLLM's to refuse
+        try:
+            parsed = json.loads(schema)
+        except ValueError:
+            return schema
+        return strict_json_strings(parsed) if isinstance(parsed, dict) else schema
+    if isinstance(schema, list):
+        return [strict_json_strings(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: strict_json_strings(value) for key, value in schema.items()}
+    kinds = schema.get("type")
+    is_string = kinds == "string" or (isinstance(kinds, list) and kinds == ["string"])
+    if (is_string and any(isinstance(schema.get(b), int) for b in STRING_BOUNDS)
+            and "pattern" not in schema and "format" not in schema):
+        low, high = int(schema.get("minLength", 0)), schema.get("maxLength")
+        for bound in STRING_BOUNDS:
+            out.pop(bound, None)
+        out["pattern"] = f"^{NO_CONTROL}{{{low},{'' if high is None else int(high)}}}$"
+    return out
+
+
+def strict_structured_outputs(value: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's `structured_outputs` with every JSON schema in it made strict (strict_json_strings): its `json`,
+    and each `{"type": "json_schema", "json_schema": ...}` in its `structural_tag` (JSON text or an object; in
+    the older form, each `structures[i].schema`),
+    which is how vLLM's tool parsers constrain a call's arguments (parsing.ChatParse). The client's own, and
+    vLLM's."""
+    out = dict(value)
+    if out.get("json") is not None:
+        out["json"] = strict_json_strings(out["json"])
+    tag = out.get("structural_tag")
+    if isinstance(tag, str):
+        try:
+            parsed = json.loads(tag)
+        except ValueError:
+            return out  # not JSON: vLLM's to refuse
+        out["structural_tag"] = json.dumps(_strict_tag_schemas(parsed))
+    elif isinstance(tag, dict):
+        out["structural_tag"] = _strict_tag_schemas(tag)
+    return out
+
+
+def _strict_tag_schemas(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_strict_tag_schemas(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if node.get("type") == "json_schema" and isinstance(node.get("json_schema"), dict):
+        return {**node, "json_schema": strict_json_strings(node["json_schema"])}
+    if "begin" in node and "end" in node and "schema" in node:  # the older form: structures[i] = {begin, schema, end}
+        return {**node, "schema": _strict_schema_or_text(node["schema"])}
+    return {key: _strict_tag_schemas(item) for key, item in node.items()}
+
+
+def _strict_schema_or_text(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return strict_json_strings(schema)
+    if isinstance(schema, str):
+        try:
+            parsed = json.loads(schema)
+        except ValueError:
+            return schema  # not JSON: vLLM's to refuse
+        return json.dumps(strict_json_strings(parsed)) if isinstance(parsed, dict) else schema
+    return schema
 
 
 def _logit_bias(bias: dict[str, float]) -> dict[str, float]:
@@ -84,14 +186,13 @@ def _logit_bias(bias: dict[str, float]) -> dict[str, float]:
     return dict(bias)
 
 
-def _response_format(req: SamplingFields) -> dict[str, Any]:
-    fmt = req.response_format
-    assert fmt is not None
+def _response_format(fmt: ResponseFormat) -> dict[str, Any]:
     if fmt.type == "json_schema":
         if fmt.json_schema is None:
             raise invalid("response_format of type json_schema needs 'json_schema': {'name', 'schema'}",
                           "response_format.json_schema")
-        return {"type": "json_schema", "json_schema": fmt.json_schema.model_dump(by_alias=True, exclude_none=True)}
+        body = fmt.json_schema.model_dump(by_alias=True, exclude_none=True)
+        return {"type": "json_schema", "json_schema": {**body, "schema": strict_json_strings(body.get("schema", {}))}}
     if fmt.json_schema is not None:
         raise invalid(f"'json_schema' is only allowed with type json_schema, not {fmt.type}",
                       "response_format.json_schema")
@@ -100,19 +201,34 @@ def _response_format(req: SamplingFields) -> dict[str, Any]:
 
 def completion_plan(req: CompletionRequest) -> Plan:
     reject_unsupported(req)
-    prompts = [req.prompt] if isinstance(req.prompt, str) else list(req.prompt)
-    if not prompts:
-        raise invalid("'prompt' must not be an empty list", "prompt")
-    if req.stream and len(prompts) > 1:
-        raise invalid("streaming takes one prompt; send a string or stream=false", "prompt")
-    if req.echo and req.logprobs is not None:
-        raise invalid("'echo' with 'logprobs' needs prompt log-probabilities, which the backend does not return",
-                      "echo")
+    prompts = completion_prompts(req.prompt)
     params = sampling_parameters(req, req.max_tokens)
     if req.logprobs is not None:
         params["logprobs"] = req.logprobs
+        if req.echo:  # the prompt's own log-probabilities, as loglikelihood evaluators read them
+            params["prompt_logprobs"] = req.logprobs
     return Plan(prompts=prompts, params=params, stream=req.stream, n=req.n, include_usage=_usage(req),
                 echo=req.echo, logprobs=req.logprobs)
+
+
+def completion_prompts(prompt: Any) -> list[Prompt]:
+    """OpenAI's four prompt shapes (a string, strings, token ids, lists of token ids) -> one Prompt each."""
+    if isinstance(prompt, str):
+        return [prompt]
+    if not prompt:
+        raise invalid("'prompt' must not be an empty list", "prompt")
+    if all(isinstance(t, int) for t in prompt):
+        prompt = [prompt]
+    out: list[Prompt] = []
+    for i, item in enumerate(prompt):
+        if isinstance(item, list):
+            if not item:
+                raise invalid(f"'prompt.{i}' is an empty list of token ids", f"prompt.{i}")
+            if any(isinstance(t, bool) or t < 0 or t >= 2**31 for t in item):
+                raise invalid(f"'prompt.{i}' holds a token id that is not a vocabulary index (0 to 2**31-1)",
+                              f"prompt.{i}")
+        out.append(item)
+    return out
 
 
 def chat_plan(req: ChatCompletionRequest, tool_parser: bool = False) -> Plan:
@@ -137,7 +253,7 @@ def chat_plan(req: ChatCompletionRequest, tool_parser: bool = False) -> Plan:
         if any(name in params for name in CONSTRAINT_FIELDS):
             raise invalid("a forced tool call is already a structured output; drop the other constraint",
                           next(name for name in CONSTRAINT_FIELDS if name in params))
-        params["guided_json"] = tool.parameters or {"type": "object"}
+        params["guided_json"] = strict_json_strings(tool.parameters or {"type": "object"})
     tools = [t.model_dump(exclude_none=True) for t in req.tools or []] if tool is not None else []
     return Plan(prompts=[], params=params, stream=req.stream, n=req.n, include_usage=_usage(req),
                 logprobs=logprobs, tool=tool.name if tool else None, tools=tools)

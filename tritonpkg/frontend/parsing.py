@@ -19,10 +19,13 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tritonpkg.frontend.errors import APIError
-from tritonpkg.frontend.mapping import CONSTRAINT_FIELDS
+from tritonpkg.frontend.mapping import CONSTRAINT_FIELDS, strict_structured_outputs
+
+if TYPE_CHECKING:
+    from vllm.tokenizers import TokenizerLike
 
 REQUEST_FIELDS = ("messages", "tools", "tool_choice", "parallel_tool_calls", "response_format", "structured_outputs",
                   "skip_special_tokens")
@@ -55,7 +58,8 @@ def load_parsers(names: dict[str, str], tokenizer_path: str, model: str) -> Mode
     else:  # a tokenizer folder alone: get_tokenizer would look for the model's config (and retry, sleeping)
         from vllm.tokenizers.hf import CachedHfTokenizer
 
-        tokenizer = CachedHfTokenizer.from_pretrained(tokenizer_path)
+        # vLLM's tokenizer registry hands this class's tokenizers out as TokenizerLike too
+        tokenizer = cast("TokenizerLike", CachedHfTokenizer.from_pretrained(tokenizer_path))
     parser_cls = ParserManager.get_parser(tool_parser_name=tool, reasoning_parser_name=reasoning,
                                           enable_auto_tools=tool is not None, model_name=model, tokenizer=tokenizer)
     return ModelParsers(tool, reasoning, parser_cls, tokenizer)
@@ -84,7 +88,7 @@ class ChatParse:
             self.request = self._new_parser(request).adjust_request(request)
         except APIError:
             raise
-        except Exception as exc:  # noqa: BLE001 - vLLM's own refusal of the request (its validators)
+        except Exception as exc:  # vLLM's own refusal of the request (its validators)
             raise APIError(400, f"vLLM's parser refused the request: {_short(exc)}", param="tools") from None
         self._choices = [self._new_parser(self.request) for _ in range(n)]
         self._tools_streamed = [False] * n
@@ -101,7 +105,7 @@ class ChatParse:
             for name in CONSTRAINT_FIELDS:
                 params.pop(name, None)
             if adjusted:
-                params["structured_outputs"] = adjusted
+                params["structured_outputs"] = strict_structured_outputs(adjusted)
         if self.request.skip_special_tokens is False:
             params["skip_special_tokens"] = False
 
@@ -151,6 +155,6 @@ def _short(exc: Exception) -> str:
         try:
             first = errors()[0]
             text = f"{'.'.join(map(str, first.get('loc', ())))}: {first.get('msg')}"
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: S110  an exception's own errors() that fails leaves its str() as the text
             pass
     return json.dumps(text[:300])[1:-1]

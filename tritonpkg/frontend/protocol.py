@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
 from tritonpkg.frontend.errors import APIError
 
@@ -35,8 +35,9 @@ def check_json(value: Any) -> None:
             continue
         elif isinstance(item, int):
             if not INT64_MIN <= item <= INT64_MAX:
-                raise APIError(400, f"'{_dotted(path)}': {item} is outside the 64-bit integer range the backend carries",
-                               param=_dotted(path) or None)
+                where = _dotted(path)
+                raise APIError(400, f"'{where}': {item} is outside the 64-bit integer range the backend carries",
+                               param=where or None)
         elif isinstance(item, float):
             if not math.isfinite(item):
                 raise APIError(400, f"'{_dotted(path)}': {item} is not a finite number", param=_dotted(path) or None)
@@ -106,7 +107,8 @@ class SamplingFields(Body):
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
     logit_bias: dict[str, float] | None = None
-    user: str | None = Field(default=None, description="An end-user id; recorded nowhere and does not change the output.")
+    user: str | None = Field(default=None,
+                             description="An end-user id; recorded nowhere and does not change the output.")
     response_format: ResponseFormat | None = None
     # vLLM extensions (names as in vLLM's own OpenAI server)
     top_k: int | None = Field(default=None, ge=-1, le=INT64_MAX)
@@ -120,7 +122,7 @@ class SamplingFields(Body):
     include_stop_str_in_output: bool | None = None
     bad_words: list[str] | None = None
     allowed_token_ids: list[int] | None = None
-    guided_json: Union[dict[str, Any], str, None] = None
+    guided_json: dict[str, Any] | str | None = None
     guided_regex: str | None = None
     guided_choice: list[str] | None = None
     guided_grammar: str | None = None
@@ -128,8 +130,12 @@ class SamplingFields(Body):
     vllm_xargs: dict[str, Any] | None = None
 
 
+TokenId = StrictInt  # JSON integers only: not true, 5.0 or "5"
+
+
 class CompletionRequest(SamplingFields):
-    prompt: str | list[str] = Field(description="A string or a list of strings (token-id prompts are not supported).")
+    prompt: str | list[str] | list[TokenId] | list[list[TokenId]] = Field(
+        description="A string, a list of strings, a token-id prompt (a list of integers) or a list of them.")
     echo: bool = False
     logprobs: int | None = Field(default=None, ge=0, le=20)
     suffix: str | None = None
@@ -192,7 +198,7 @@ class ChatCompletionRequest(SamplingFields):
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     tools: list[Tool] | None = None
-    tool_choice: Union[Literal["none", "auto", "required"], NamedToolChoice, None] = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
     # OpenAI fields the backend cannot honour: declared so the error says "not supported"
     functions: list[Any] | None = None
@@ -210,7 +216,7 @@ class ChatCompletionRequest(SamplingFields):
 
 
     @model_validator(mode="after")
-    def _metadata(self) -> "ChatCompletionRequest":
+    def _metadata(self) -> ChatCompletionRequest:
         for key, value in (self.metadata or {}).items():
             if len(key) > 64 or len(value) > 512:
                 raise APIError(400, "metadata keys are at most 64 characters and values at most 512",
@@ -220,7 +226,8 @@ class ChatCompletionRequest(SamplingFields):
 
 class EmbeddingRequest(Body):
     model: str
-    input: str | list[str] = Field(description="A string or a list of strings (token-id inputs are not supported).")
+    input: str | list[str] | list[TokenId] | list[list[TokenId]] = Field(
+        description="A string, a list of strings, token ids (a list of integers) or a list of them.")
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(default=None, ge=1, le=INT64_MAX)
     user: str | None = None
@@ -233,7 +240,8 @@ class RerankRequest(Body):
     query: str
     documents: list[str] = Field(min_length=1, max_length=2048,
                                  description="Texts to rank against the query (strings only, at most 2048).")
-    top_n: int | None = Field(default=None, ge=1, le=INT64_MAX, description="Return the best n (default: all, best first).")
+    top_n: int | None = Field(default=None, ge=1, le=INT64_MAX,
+                              description="Return the best n (default: all, best first).")
     return_documents: bool = Field(default=True, description="Echo each document's text in its result.")
 
 

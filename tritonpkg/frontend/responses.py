@@ -73,12 +73,19 @@ def completion_logprobs(positions: list[dict[str, Any]] | None, k: int, offset: 
     text, streamed or not (see tokens_length)."""
     if positions is None:
         return None
-    tokens, token_logprobs, top, offsets = [], [], [], []
+    tokens: list[str] = []
+    token_logprobs: list[float | None] = []
+    top: list[dict[str, float] | None] = []
+    offsets: list[int] = []
     for pos in positions:
         sampled = pos["sampled"]
         offsets.append(offset)
         offset += len(sampled["token"])
         tokens.append(sampled["token"])
+        if sampled["rank"] is None and sampled["logprob"] is None:  # a prompt's first token: nothing precedes it
+            token_logprobs.append(None)
+            top.append(None)
+            continue
         token_logprobs.append(_lp(sampled["logprob"]))
         entries = {sampled["token"]: _lp(sampled["logprob"])}
         for e in pos["top"]:
@@ -119,7 +126,8 @@ def chat_body(rid: str, created: int, model: str, output: Output, logprobs: int 
         choices.append({
             "index": i,
             "message": message,
-            "logprobs": chat_logprobs(output.logprobs[i], logprobs or 0) if logprobs is not None and output.logprobs else None,
+            "logprobs": chat_logprobs(output.logprobs[i],
+                                      logprobs or 0) if logprobs is not None and output.logprobs else None,
             "finish_reason": reason,
         })
     completion = sum(output.completion_tokens) if output.completion_tokens is not None else None
@@ -129,19 +137,23 @@ def chat_body(rid: str, created: int, model: str, output: Output, logprobs: int 
 
 def completion_body(rid: str, created: int, model: str, prompts: list[str], outputs: list[Output],
                     echo: bool, logprobs: int | None) -> dict[str, Any]:
-    choices = []
+    choices: list[dict[str, Any]] = []
     prompt_tokens: int | None = 0
     completion_tokens: int | None = 0
-    for prompt, output in zip(prompts, outputs):
+    for prompt, output in zip(prompts, outputs, strict=False):
         for i, text in enumerate(output.texts):
             positions = output.logprobs[i] if output.logprobs and logprobs is not None else None
+            offset = len(prompt) if echo else 0
+            if echo and positions is not None and output.prompt_logprobs is not None:
+                positions, offset = output.prompt_logprobs + positions, 0  # the prompt's tokens, then the answer's
             choices.append({
                 "index": len(choices),
                 "text": prompt + text if echo else text,
-                "logprobs": completion_logprobs(positions, logprobs or 0, len(prompt) if echo else 0) if positions is not None else None,
+                "logprobs": completion_logprobs(positions, logprobs or 0, offset) if positions is not None else None,
                 "finish_reason": finish_reason(output.finish_reasons[i]),
             })
-        prompt_tokens = None if prompt_tokens is None or output.prompt_tokens is None else prompt_tokens + output.prompt_tokens
+        prompt_tokens = (None if prompt_tokens is None or output.prompt_tokens is None
+                         else prompt_tokens + output.prompt_tokens)
         completion_tokens = (None if completion_tokens is None or output.completion_tokens is None
                              else completion_tokens + sum(output.completion_tokens))
     return {"id": rid, "object": "text_completion", "created": created, "model": model, "choices": choices,

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from tritonpkg.errors import RuntimeSetupError
 from tritonpkg.frontend.settings import FrontendSettings
+
+if TYPE_CHECKING:
+    import uvicorn
 
 START_TIMEOUT_S = 120.0
 HEADERS_TOO_LARGE = (b'{"error":{"message":"the request line and headers are larger than this server accepts",'
@@ -42,8 +46,9 @@ def bounded_http_protocol():
             if not self._in_head or self.transport.is_closing():
                 return
             self._head_bytes += len(data)
-            if self._head_bytes > self.config.h11_max_incomplete_event_size:
-                self.logger.warning("request head over %d bytes refused", self.config.h11_max_incomplete_event_size)
+            limit = self.config.h11_max_incomplete_event_size
+            if limit is not None and self._head_bytes > limit:
+                self.logger.warning("request head over %d bytes refused", limit)
                 self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json"
                                      b"\r\ncontent-length: " + str(len(HEADERS_TOO_LARGE)).encode() +
                                      b"\r\nconnection: close\r\n\r\n" + HEADERS_TOO_LARGE)
@@ -59,36 +64,37 @@ class FrontendServer:
     def __init__(self, settings: FrontendSettings) -> None:
         self.settings = settings
         self.port = settings.port
-        self._server = None
+        self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
 
     @property
     def url(self) -> str:
-        host = "127.0.0.1" if self.settings.host in ("0.0.0.0", "") else self.settings.host
+        host = "127.0.0.1" if self.settings.host in ("0.0.0.0", "") else self.settings.host  # noqa: S104  maps the wildcard
         return f"http://{host}:{self.port}"
 
-    def start(self, timeout: float = START_TIMEOUT_S) -> "FrontendServer":
+    def start(self, timeout: float = START_TIMEOUT_S) -> FrontendServer:
         import uvicorn
 
         from tritonpkg.frontend.app import create_app
-        from tritonpkg.runtime.ports import free_port
+        from tritonpkg.proc.ports import free_port
 
         if self._thread is not None:
             return self
         if not self.port:
-            self.port = free_port(self.settings.host if self.settings.host not in ("0.0.0.0", "") else "127.0.0.1")
+            wildcard = self.settings.host in ("0.0.0.0", "")  # noqa: S104  tests for the wildcard, binds nothing
+            self.port = free_port("127.0.0.1" if wildcard else self.settings.host)
         config = uvicorn.Config(create_app(self.settings), host=self.settings.host, port=self.port,
                                 log_level=self.settings.log_level, lifespan="on", access_log=False,
                                 timeout_graceful_shutdown=5, http=bounded_http_protocol(),
                                 h11_max_incomplete_event_size=self.settings.max_header_bytes)
+        # uvicorn leaves signals alone off the main thread: the caller owns them
         self._server = server = uvicorn.Server(config)
-        server.install_signal_handlers = lambda: None  # type: ignore[method-assign] # the caller owns signals
 
         def run() -> None:
             try:
                 server.run()
-            except BaseException as exc:  # noqa: BLE001 - reported by start()
+            except BaseException as exc:  # reported by start()
                 self._failure = exc
 
         self._thread = threading.Thread(target=run, name="openai-frontend", daemon=True)
@@ -100,8 +106,10 @@ class FrontendServer:
                 cause = f"{type(self._failure).__name__}: {self._failure}" if self._failure else (
                     "it exited during start-up (see the log above: Triton unreachable or the port taken)"
                     if time.monotonic() <= deadline else f"not listening after {timeout:g} s")
-                raise RuntimeSetupError(f"the OpenAI frontend on {self.settings.host}:{self.port} did not start: {cause}",
-                                        field="frontend", expected=f"Triton reachable at {self.settings.triton_grpc_url}")
+                where = f"{self.settings.host}:{self.port}"
+                raise RuntimeSetupError(f"the OpenAI frontend on {where} did not start: {cause}",
+                                        field="frontend",
+                                        expected=f"Triton reachable at {self.settings.triton_grpc_url}")
             time.sleep(0.05)
         return self
 
@@ -117,7 +125,7 @@ class FrontendServer:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def __enter__(self) -> "FrontendServer":
+    def __enter__(self) -> FrontendServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

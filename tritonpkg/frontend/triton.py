@@ -20,8 +20,9 @@ import asyncio
 import itertools
 import json
 import re
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Iterable
+from typing import Any, Literal
 
 import grpc
 import numpy as np
@@ -29,13 +30,16 @@ import tritonclient.grpc.aio as grpcaio
 from tritonclient.grpc import InferResult, service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException, triton_to_np_dtype
 
+from tritonpkg import vllm_io
 from tritonpkg.frontend.errors import UNAVAILABLE, APIError, from_triton
 
-RETURN_FLAGS = ("return_finish_reason", "return_num_input_tokens", "return_num_output_tokens", "return_logprobs")
+# The additional outputs parse_output reads; the flags that ask for them are the backend's contract's.
+RETURN_FLAGS = vllm_io.load().flags_for(("finish_reason", "num_input_tokens", "num_output_tokens", "logprobs"))
 FINAL = "triton_final_response"
 ENABLE_FINAL = "triton_enable_empty_final_response"
 MAX_MESSAGE = 256 * 1024 * 1024
-INT_FORMATS = {"UINT32": "I", "INT32": "i", "UINT64": "Q", "INT64": "q"}  # memoryview formats (native order, as numpy's)
+INT_FORMATS: dict[str, Literal["I", "i", "Q", "q"]] = {
+    "UINT32": "I", "INT32": "i", "UINT64": "Q", "INT64": "q"}  # memoryview formats (native order, as numpy's)
 Input = tuple[str, Any]  # (tensor name, str, list of str or bool)
 
 
@@ -47,11 +51,13 @@ class Output:
     finish_reasons: list[str | None]
     prompt_tokens: int | None
     completion_tokens: list[int] | None
-    logprobs: list[list[dict[str, Any]]] | None  # per choice, per position: {"sampled": entry, "top": [entries]}
+    logprobs: list[list[dict[str, Any]] | None] | None  # per choice, per position: {"sampled": entry, "top": [entries]}
+    prompt_logprobs: list[dict[str, Any]] | None = None  # per prompt position, the same shape (sampled: its token)
 
 
 def build_request(model: str, request_id: str, inputs: Iterable[Input]) -> service_pb2.ModelInferRequest:
-    """A KServe v2 request with BYTES (a str: shape [1]; a list of str: [n]) and BOOL ([1]) inputs in raw form."""
+    """A KServe v2 request with BYTES (a str: shape [1]; a list of str: [n]), INT64 (a list of int: [n]) and
+    BOOL ([1]) inputs in raw form."""
     request = service_pb2.ModelInferRequest(model_name=model, id=request_id)
     for name, value in inputs:
         tensor = request.inputs.add()
@@ -60,6 +66,10 @@ def build_request(model: str, request_id: str, inputs: Iterable[Input]) -> servi
             tensor.shape.append(1)
             tensor.datatype = "BOOL"
             request.raw_input_contents.append(b"\x01" if value else b"\x00")
+        elif isinstance(value, list) and value and isinstance(value[0], int):
+            tensor.shape.append(len(value))
+            tensor.datatype = "INT64"
+            request.raw_input_contents.append(np.asarray(value, dtype="<i8").tobytes())
         else:
             items = [value] if isinstance(value, str) else value
             tensor.shape.append(len(items))
@@ -72,7 +82,7 @@ def build_request(model: str, request_id: str, inputs: Iterable[Input]) -> servi
 
 def _raw_outputs(response: service_pb2.ModelInferResponse) -> dict[str, tuple[str, bytes]]:
     """Output name -> (datatype, raw bytes): Triton's gRPC responses carry every output in raw form."""
-    return {o.name: (o.datatype, raw) for o, raw in zip(response.outputs, response.raw_output_contents)}
+    return {o.name: (o.datatype, raw) for o, raw in zip(response.outputs, response.raw_output_contents, strict=False)}
 
 
 def _strings(outputs: dict[str, tuple[str, bytes]], name: str) -> list[str] | None:
@@ -101,10 +111,11 @@ def _positions(raw: str) -> list[dict[str, Any]] | None:
     data = json.loads(raw)
     if data is None:
         return None
-    rows = []
+    rows: list[dict[str, Any]] = []
     for position in data:
-        entries = [{"id": int(tid), "token": e["decoded_token"] or "", "logprob": e["logprob"], "rank": e["rank"]}
-                   for tid, e in position.items()]
+        entries: list[dict[str, Any]] = [
+            {"id": int(tid), "token": e["decoded_token"] or "", "logprob": e["logprob"], "rank": e["rank"]}
+            for tid, e in position.items()]
         rows.append({"sampled": entries[0], "top": sorted(entries, key=lambda e: e["rank"] or 0)})
     return rows
 
@@ -117,12 +128,14 @@ def parse_output(response: service_pb2.ModelInferResponse) -> Output:
     reasons = _strings(outputs, "finish_reason")
     n_in = _integers(outputs, "num_input_tokens")
     logprobs = _strings(outputs, "logprobs")
+    prompt_logprobs = _strings(outputs, "prompt_logprobs")
     return Output(
         texts=texts,
         finish_reasons=[r or None for r in reasons] if reasons is not None else [None] * len(texts),
         prompt_tokens=n_in[0] if n_in else None,
         completion_tokens=_integers(outputs, "num_output_tokens"),
         logprobs=[_positions(raw) for raw in logprobs] if logprobs is not None else None,
+        prompt_logprobs=_positions(prompt_logprobs[0]) if prompt_logprobs else None,
     )
 
 
@@ -154,8 +167,9 @@ class _SharedStream:
         self._waiting: dict[str, asyncio.Queue] = {}
 
     def _open(self) -> asyncio.Queue:
-        if self._reader is None or self._reader.done():
-            outbox: asyncio.Queue = asyncio.Queue()
+        outbox = self._outbox
+        if outbox is None or self._reader is None or self._reader.done():
+            outbox = asyncio.Queue()
 
             async def requests():
                 while (item := await outbox.get()) is not None:
@@ -164,8 +178,7 @@ class _SharedStream:
             self._outbox = outbox
             self._call = self._stub.ModelStreamInfer(requests())
             self._reader = asyncio.get_running_loop().create_task(self._read(self._call))
-        assert self._outbox is not None
-        return self._outbox
+        return outbox
 
     async def _read(self, call) -> None:
         failure: APIError | None = None
@@ -245,7 +258,7 @@ class TritonBackend:
     """Async calls the routes need; errors come back as APIError, never as gRPC exceptions."""
 
     def __init__(self, url: str, timeout_s: float, admin_key: str | None = None) -> None:
-        from tritonpkg.runtime.admin import grpc_headers
+        from tritonpkg.proc.admin_header import grpc_headers
 
         self.url = url
         self.timeout_s = timeout_s
@@ -325,10 +338,17 @@ class TritonBackend:
         finally:
             call.cancel()
 
-    async def generate(self, model: str, prompt: str, params: dict[str, Any], stream: bool,
+    async def generate(self, model: str, prompt: str | list[int], params: dict[str, Any], stream: bool,
                        returns: frozenset[str]) -> AsyncIterator[Output]:
-        inputs: list[Input] = [("text_input", prompt), ("stream", stream),
+        """A text prompt, or token ids (the backend's `prompt_token_ids` beside an empty text_input); with
+        `prompt_logprobs` in params, the backend also returns the prompt's log-probabilities."""
+        text, ids = (prompt, None) if isinstance(prompt, str) else ("", prompt)
+        inputs: list[Input] = [("text_input", text), ("stream", stream),
                                ("sampling_parameters", json.dumps(params)), ("exclude_input_in_output", True)]
+        if ids is not None:
+            inputs.append(("prompt_token_ids", ids))
+        if "prompt_logprobs" in params:
+            inputs.append(("return_prompt_logprobs", True))
         wanted = set(RETURN_FLAGS) if "logprobs" in params else set(RETURN_FLAGS) - {"return_logprobs"}
         inputs += [(flag, True) for flag in RETURN_FLAGS if flag in wanted and flag in returns]
         async for response in self._responses(model, inputs, own_stream=stream):
@@ -351,10 +371,15 @@ class TritonBackend:
             raise APIError(500, f"model '{model}' returned no 'SCORES' output")
         return scores.reshape(-1).astype("float32"), tokens
 
-    async def embed(self, model: str, text: str, pooling: dict[str, Any]) -> tuple[Any, int | None]:
-        inputs: list[Input] = [("text_input", text)]
-        if pooling:
-            inputs.append(("pooling_parameters", json.dumps(pooling)))
+    async def embed(self, model: str, text: str | list[int], pooling: dict[str, Any]) -> tuple[Any, int | None]:
+        """A text, or token ids (the backend's `embedding_request`, NVIDIA's input that carries them)."""
+        inputs: list[Input]
+        if isinstance(text, str):
+            inputs = [("text_input", text)]
+            if pooling:
+                inputs.append(("pooling_parameters", json.dumps(pooling)))
+        else:
+            inputs = [("text_input", ""), ("embedding_request", json.dumps({"input": text, "pooling_params": pooling}))]
         vector, n_in = None, None
         async for result in self.infer(model, inputs):
             vector = result.as_numpy("embedding")
