@@ -1,13 +1,15 @@
-"""The newcomer's path in one call: package a spec, validate the repository, serve it in the real
-Triton, send the spec's smoke request, stop. Each step reports through `on_step`, so the CLI can show
-progress without this module knowing about terminals."""
+"""The newcomer's path in one call: package a spec, validate the repository, serve it the way `tritonpkg
+serve` does (tritonpkg.serve: verify, weights, plugins, Triton behind closed ports, merged /metrics), send
+the spec's smoke request, stop. Each step reports through `on_step`, so the CLI can show progress without
+this module knowing about terminals."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tritonpkg.errors import TritonpkgError
 
@@ -26,13 +28,15 @@ class DemoResult:
     warnings: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     endpoints: dict[str, str] = field(default_factory=dict)
+    serve_steps: list[str] = field(default_factory=list)  # the start-up steps serve ran, in order
 
 
 def run(spec_path: str | Path, repository: str | Path, on_step: Callable[[str], None] = lambda _: None,
-        startup_timeout: float = 300.0) -> DemoResult:
+        startup_timeout: float | None = 300.0) -> DemoResult:
     from tritonpkg import smoke
     from tritonpkg.repository import package_spec
-    from tritonpkg.runtime import TritonServer, ensure_runtime
+    from tritonpkg.runtime import ensure_runtime
+    from tritonpkg.serve import ServingStack, StartupOptions
     from tritonpkg.spec import load_spec
     from tritonpkg.validate import validate_repository
 
@@ -66,12 +70,16 @@ def run(spec_path: str | Path, repository: str | Path, on_step: Callable[[str], 
     lap("runtime")
 
     on_step("serve")
-    with TritonServer(result.repository, runtime=runtime, startup_timeout=startup_timeout) as server:
+    options = StartupOptions(source=result.repository, http_port=0, grpc_port=0, metrics_port=0, openai=False,
+                             startup_timeout=startup_timeout)
+    with ServingStack(options, runtime=runtime) as stack:
         lap("serve")
         on_step("request")
-        answer = smoke.send(server.http_url, spec.name, request)
+        served = stack.endpoints()
+        answer = smoke.send(served["http_url"], spec.name, request)
         lap("request")
-        endpoints = {"http": server.http_url, "grpc": server.grpc_url, "metrics": server.metrics_url}
+        endpoints = {"http": served["http_url"], "grpc": served["grpc_url"], "metrics": served["metrics_url"]}
+        serve_steps = [step["step"] for step in served["steps"]]
         on_step("stop")
     lap("stop")
     return DemoResult(
@@ -83,4 +91,5 @@ def run(spec_path: str | Path, repository: str | Path, on_step: Callable[[str], 
         warnings=[f"{p.file}: {p.message}" for p in report.problems if p.severity == "warning"],
         seconds=seconds,
         endpoints=endpoints,
+        serve_steps=serve_steps,
     )

@@ -31,7 +31,7 @@ def _check_stat(path: Path, st: os.stat_result, kind: str) -> None:
     if stat.S_ISLNK(st.st_mode):
         raise StateDirError(f"is a symlink where the state expects a {kind}", file=path,
                             expected=f"a real {kind} (remove the link; tritonpkg never follows links in its state)")
-    if kind == "folder" and not stat.S_ISDIR(st.st_mode) or kind == "file" and not stat.S_ISREG(st.st_mode):
+    if (kind == "folder" and not stat.S_ISDIR(st.st_mode)) or (kind == "file" and not stat.S_ISREG(st.st_mode)):
         raise StateDirError(f"is not a {kind}", file=path, expected=f"a {kind} of the state")
     if st.st_uid != os.geteuid():
         raise StateDirError(f"is owned by {_owner(st.st_uid)}, not by this user ({_owner(os.geteuid())})",

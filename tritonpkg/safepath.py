@@ -78,6 +78,13 @@ def within(path: str | Path, root: str | Path) -> bool:
     return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
 
 
+def lexically_within(path: str | Path, root: str | Path) -> bool:
+    """`path` is `root` or below it by its name alone ('..' resolved without touching the disk): for a path
+    that need not exist yet, or one checked again with `within` once it does."""
+    lexical, base = os.path.normpath(path), os.path.normpath(root)
+    return lexical == base or lexical.startswith(base.rstrip(os.sep) + os.sep)
+
+
 def join_under(root: str | Path, name: object, *, source: str | Path | None, what: str = "key") -> Path:
     """`root/name` after `check_name`, refused when an existing folder or link on the way leads out of
     `root`, or when the name itself is an existing symlink (a write would follow it)."""

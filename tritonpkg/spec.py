@@ -10,11 +10,20 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag, ValidationError, field_validator,
-                      model_validator)
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PrivateAttr,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from tritonpkg import compat
 from tritonpkg.errors import SpecError
@@ -75,7 +84,8 @@ class PythonModel(_Strict):
     outputs: list[TensorSpec] = Field(default_factory=list)
     max_batch_size: int = Field(default=0, ge=0, le=INT32_MAX)
     instance_count: int = Field(default=1, ge=1, le=INT32_MAX)
-    files: list[str] = Field(default_factory=list, description="user files (relative to the spec) copied beside model.py")
+    files: list[str] = Field(default_factory=list,
+                             description="user files (relative to the spec) copied beside model.py")
 
 
 class Plugin(_Strict):
@@ -93,6 +103,11 @@ class Deployment(_Strict):
     instance_kind: Literal["KIND_AUTO", "KIND_CPU", "KIND_GPU", "KIND_MODEL"] = "KIND_AUTO"
     gpus: int = Field(default=0, ge=0, le=INT32_MAX)
     smoke_request: dict[str, Any] | None = Field(default=None, description="inputs of the canary request")
+    min_requests: int | None = Field(default=None, ge=0, le=INT32_MAX,
+                                     description="requests the gate must see per traffic step (None: deploy's default)")
+    unit_port_base: int | None = Field(default=None, ge=1, le=65535,
+                                       description="local target: units' loopback ports from here, 3 per HAProxy slot "
+                                                   "(None: deploy --unit-port-base, the recorded base, or free ports)")
 
     @field_validator("traffic_steps")
     @classmethod
@@ -123,6 +138,58 @@ class OpenAIOptions(_Strict):
                                   ("reasoning_parser", self.reasoning_parser)) if v}
 
 
+def check_location(v: str, what: str) -> str:
+    """A weights or adapter source: a local path, s3://bucket/prefix or hf://org/name@revision."""
+    if not v or any(ord(c) < 0x20 or c == "\x7f" for c in v):
+        raise ValueError(f"{what} must be a non-empty location without NUL or control characters")
+    if len(v.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES or ("://" not in v and any(
+            len(part.encode("utf-8", "surrogatepass")) > MAX_SEGMENT_BYTES for part in v.split("/"))):
+        raise ValueError(f"{what} must be at most {MAX_NAME_BYTES} bytes, each folder name at most "
+                         f"{MAX_SEGMENT_BYTES}")
+    if v.startswith("hf://") and not re.fullmatch(HF_RE, v):
+        raise ValueError(f"hf {what} must look like hf://org/name@revision")
+    if v.startswith("s3://") and not re.fullmatch(r"s3://[a-z0-9.\-]{3,63}(/.*)?", v):
+        raise ValueError(f"s3 {what} must look like s3://bucket/prefix")
+    return v
+
+
+# An adapter's name is a request's `lora_name`, an OpenAI model id and a folder of the repository.
+ADAPTER_NAME_RE = r"^[A-Za-z][A-Za-z0-9_.-]*$"
+HF_RE = r"hf://[\w.\-]+/[\w.\-]+(@[\w.\-/]+)?"
+
+
+class Adapter(_Strict):
+    """One LoRA adapter of a vllm-kind model, served by name beside the base (NVIDIA's `lora_name`)."""
+
+    name: str = Field(pattern=ADAPTER_NAME_RE, max_length=64, description="the adapter's name in requests")
+    source: str = Field(description="peft adapter folder: a local path (relative to the spec), "
+                                    "s3://bucket/prefix, or hf://org/name@revision")
+    revision: str | None = Field(default=None, max_length=128, pattern=r"^[\w.\-/]+$",
+                                 description="Hub revision of an hf:// source (or write hf://org/name@revision)")
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, v: str) -> str:
+        return check_location(v, "source")
+
+    @model_validator(mode="after")
+    def _revision(self) -> Adapter:
+        if self.revision is None:
+            return self
+        if not self.source.startswith("hf://"):
+            raise ValueError("revision applies to an hf:// source only")
+        given = self.source.partition("@")[2]
+        if given and given != self.revision:
+            raise ValueError(f"revision {self.revision!r} differs from the source's @{given}")
+        return self
+
+    def location(self) -> str:
+        """The source with its revision: hf://org/name@rev, s3://..., or the path as written."""
+        if self.revision and "@" not in self.source:
+            return f"{self.source}@{self.revision}"
+        return self.source
+
+
 class Spec(_Strict):
     """One model, one version: what `tritonpkg package` turns into a Triton model repository entry."""
 
@@ -136,13 +203,16 @@ class Spec(_Strict):
     )
     target_release: str = Field(default_factory=compat.default_release, description="Triton release, e.g. 24.10")
     execution_mode: Literal["embedded", "separate"] = "embedded"
-    openai: Annotated[Union[Annotated[bool, Tag("bool")], Annotated[OpenAIOptions, Tag("mapping")]],
+    openai: Annotated[Annotated[bool, Tag("bool")] | Annotated[OpenAIOptions, Tag("mapping")],
                       Discriminator(lambda v: "mapping" if isinstance(v, (dict, OpenAIOptions)) else "bool")] = Field(
-        default=False, description="serve the OpenAI API: true, or a mapping {tool_call_parser, reasoning_parser, enabled}")
+        default=False,
+        description="serve the OpenAI API: true, or a mapping {tool_call_parser, reasoning_parser, enabled}")
     engine_args: dict[str, Any] = Field(default_factory=dict, description="vLLM engine arguments (vllm kind)")
     python: PythonModel | None = Field(default=None, description="template, parameters and I/O (python kind)")
     requirements: list[str] = Field(default_factory=list, description="extra pip requirements of the model")
     plugins: list[Plugin] = Field(default_factory=list)
+    adapters: list[Adapter] = Field(default_factory=list, max_length=256,
+                                    description="LoRA adapters served beside the base model (vllm kind)")
     deployment: Deployment = Field(default_factory=Deployment)
 
     _source: Path | None = PrivateAttr(default=None)
@@ -158,19 +228,7 @@ class Spec(_Strict):
     @field_validator("weights")
     @classmethod
     def _weights(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        if not v or any(ord(c) < 0x20 or c == "\x7f" for c in v):
-            raise ValueError("weights must be a non-empty location without NUL or control characters")
-        if len(v.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES or ("://" not in v and any(
-                len(part.encode("utf-8", "surrogatepass")) > MAX_SEGMENT_BYTES for part in v.split("/"))):
-            raise ValueError(f"weights must be at most {MAX_NAME_BYTES} bytes, each folder name at most "
-                             f"{MAX_SEGMENT_BYTES}")
-        if v.startswith("hf://") and not re.fullmatch(r"hf://[\w.\-]+/[\w.\-]+(@[\w.\-/]+)?", v):
-            raise ValueError("hf weights must look like hf://org/name@revision")
-        if v.startswith("s3://") and not re.fullmatch(r"s3://[a-z0-9.\-]{3,63}(/.*)?", v):
-            raise ValueError("s3 weights must look like s3://bucket/prefix")
-        return v
+        return v if v is None else check_location(v, "weights")
 
     @model_validator(mode="after")
     def _kind_fields(self) -> Spec:
@@ -182,6 +240,27 @@ class Spec(_Strict):
             raise ValueError("'engine_args' only applies to kind 'vllm'")
         if self.kind == "vllm" and not self.weights and "model" not in self.engine_args:
             raise ValueError("kind 'vllm' needs 'weights' (or engine_args.model)")
+        if self.adapters and self.kind != "vllm":
+            raise ValueError("'adapters' only applies to kind 'vllm'")
+        return self
+
+    @field_validator("adapters")
+    @classmethod
+    def _adapter_names(cls, v: list[Adapter]) -> list[Adapter]:
+        seen: dict[str, int] = {}
+        for i, adapter in enumerate(v):
+            if adapter.name in seen:
+                raise ValueError(f"adapters[{i}].name: duplicate adapter name {adapter.name!r} (first at "
+                                 f"adapters[{seen[adapter.name]}].name)")
+            seen[adapter.name] = i
+        return v
+
+    @model_validator(mode="after")
+    def _adapters_apart_from_model(self) -> Spec:
+        for i, adapter in enumerate(self.adapters):
+            if adapter.name == self.name:
+                raise ValueError(f"adapters[{i}].name: {adapter.name!r} is the model's own name (a request for "
+                                 "that name must reach the base model)")
         return self
 
     @property
@@ -204,6 +283,11 @@ class Spec(_Strict):
 
     def resolve(self, relative: str) -> Path:
         return (self.base_dir / relative).resolve()
+
+    def adapter_location(self, adapter: Adapter) -> str:
+        """An adapter's local source made absolute; a remote one with its revision."""
+        location = adapter.location()
+        return location if "://" in location else str(self.resolve(location))
 
     def weights_location(self) -> str | None:
         """A local weights path made absolute; remote URLs unchanged."""
@@ -232,6 +316,7 @@ def load_spec(path: str | Path) -> Spec:
         raise SpecError(_describe(exc, node, path), file=path) from exc
     spec._source = path.resolve()
     _check_local_weights(spec, node, path)
+    _check_local_adapters(spec, node, path)
     _check_template_parameters(spec, node, path)
     return spec
 
@@ -240,7 +325,7 @@ def _check_template_parameters(spec: Spec, node: yaml.Node | None, path: Path) -
     """The template's typed parameters, checked as the packager will, but with the spec's line."""
     if spec.python is None:
         return
-    from tritonpkg.repository import templates
+    from tritonpkg import template_params as templates
 
     try:
         templates.resolve_parameters(templates.load(spec.python.template), spec.python.parameters, path)
@@ -263,6 +348,18 @@ def _check_local_weights(spec: Spec, node: yaml.Node | None, path: Path) -> None
                         expected="a path inside the spec's folder, an absolute path, s3:// or hf://")
 
 
+def _check_local_adapters(spec: Spec, node: yaml.Node | None, path: Path) -> None:
+    """A relative local adapter source, like local weights, stays inside the spec's folder."""
+    for i, adapter in enumerate(spec.adapters):
+        if "://" in adapter.source or Path(adapter.source).is_absolute():
+            continue
+        if not within(spec.base_dir / adapter.source, spec.base_dir):
+            line = _line_of(node, ("adapters", i, "source"))
+            raise SpecError(f"{quote(adapter.source)} leads outside the spec's folder {spec.base_dir}",
+                            file=f"{path}:{line}" if line else path, field=f"adapters[{i}].source",
+                            expected="a path inside the spec's folder, an absolute path, s3:// or hf://")
+
+
 def read_bounded(path: Path, limit: int = MAX_SPEC_BYTES) -> str:
     """The UTF-8 text of `path`, refused (SpecError) beyond `limit` bytes without reading further."""
     with open(path, "rb") as f:
@@ -279,13 +376,15 @@ class _Refused(yaml.MarkedYAMLError):
     """YAML the spec loader does not accept (an alias, a duplicate key, ...), at its mark."""
 
 
-if yaml.__with_libyaml__:
+if TYPE_CHECKING:  # both bases below offer SafeLoader's interface; the checker sees that one
+    _SafeBase = yaml.SafeLoader
+elif yaml.__with_libyaml__:
     from yaml.composer import Composer
     from yaml.constructor import SafeConstructor
     from yaml.cyaml import CParser
     from yaml.resolver import Resolver
 
-    class _SafeBase(Composer, CParser, SafeConstructor, Resolver):  # type: ignore[misc]
+    class _SafeBase(Composer, CParser, SafeConstructor, Resolver):
         """SafeLoader with libyaml's parser (4x faster) under PyYAML's own composer, which can be bounded."""
 
         def __init__(self, stream: str) -> None:
@@ -294,7 +393,7 @@ if yaml.__with_libyaml__:
             SafeConstructor.__init__(self)
             Resolver.__init__(self)
 else:
-    _SafeBase = yaml.SafeLoader  # type: ignore[misc]
+    _SafeBase = yaml.SafeLoader
 
 
 class _SpecLoader(_SafeBase):
@@ -309,19 +408,20 @@ class _SpecLoader(_SafeBase):
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         event = self.peek_event()
+        mark = event.start_mark
         if isinstance(event, yaml.AliasEvent):
             raise _Refused(problem=f"YAML aliases are not accepted in a spec (*{event.anchor}); write the value out",
-                           problem_mark=event.start_mark)
+                           problem_mark=mark)
         if getattr(event, "anchor", None) is not None:
             raise _Refused(problem=f"YAML aliases are not accepted in a spec (anchor &{event.anchor}); "
-                                   "write the value out", problem_mark=event.start_mark)
+                                   "write the value out", problem_mark=mark)
         self._depth += 1
         self._nodes += 1
         try:
             if self._nodes > MAX_NODES:
-                raise _Refused(problem=f"more than {MAX_NODES} values", problem_mark=event.start_mark)
+                raise _Refused(problem=f"more than {MAX_NODES} values", problem_mark=mark)
             if self._depth > MAX_DEPTH:
-                raise _Refused(problem=f"nested deeper than {MAX_DEPTH} levels", problem_mark=event.start_mark)
+                raise _Refused(problem=f"nested deeper than {MAX_DEPTH} levels", problem_mark=mark)
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
@@ -355,15 +455,19 @@ class _SpecLoader(_SafeBase):
                            problem_mark=node.start_mark)
         return value
 
-    def _not_json(self, node: yaml.Node) -> Any:
+    def _not_json(self, node: yaml.Node) -> NoReturn:
         kind = node.tag.rsplit(":", 1)[-1]
         raise _Refused(problem=f"a YAML {kind} is not accepted in a spec (quote the value to make it a string)",
                        problem_mark=node.start_mark)
 
 
+def _construct_map(loader: _SpecLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    return loader.construct_mapping(node)
+
+
 _SpecLoader.add_constructor("tag:yaml.org,2002:int", _SpecLoader.construct_yaml_int)
 _SpecLoader.add_constructor("tag:yaml.org,2002:float", _SpecLoader.construct_yaml_float)
-_SpecLoader.add_constructor("tag:yaml.org,2002:map", lambda loader, node: loader.construct_mapping(node))
+_SpecLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
 for _tag in ("timestamp", "binary", "set", "omap", "pairs"):
     _SpecLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _SpecLoader._not_json)
 

@@ -11,24 +11,31 @@ MiniLM has 512 positions, so the issue's 1024- and 4096-token rows are reported 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
-import socket
-import statistics
+import runpy
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterator
 
-import numpy as np
+from rich.table import Table
 
 from tritonpkg import paths
 from tritonpkg.benchmarks import ceiling
 from tritonpkg.benchmarks.ceiling import Ceiling
+from tritonpkg.gateway import EmbeddingGateway
+from tritonpkg.proc import rest
+from tritonpkg.proc.group import ProcessGroup
+from tritonpkg.proc.ports import free_port
+from tritonpkg.repository import package_spec
+from tritonpkg.runtime import TritonServer, ensure_runtime
+from tritonpkg.spec import load_spec
 
 INFINITY_VENV = paths.PROJECT_ROOT / ".tritonpkg" / "bench-venvs" / "infinity"
 # torch pinned like the toolkit's own: the same CPU build for every system, and pip takes it from the
@@ -125,8 +132,6 @@ class Tritonpkg(System):
     can_score = True
 
     def __init__(self, grpc_url: str, repo: Path) -> None:
-        from tritonpkg.gateway import EmbeddingGateway
-
         # as the frontend makes it: the packaged model's gateway.json gives its length limit (512 here)
         self.gateway = EmbeddingGateway.for_model([grpc_url], repo / "minilm_embed" / "1",
                                                   scoring_model="minilm_score", max_inflight_tokens=10_000_000)
@@ -161,6 +166,8 @@ class OpenAIServer(System):
     async def score(self, query: str, docs: list[str]) -> None:
         import httpx
 
+        if self.score_url is None:
+            raise RuntimeError(f"{self.name} has no scoring route")
         async with httpx.AsyncClient(timeout=600) as http:
             r = await http.post(self.score_url, json={"model": self.model, "text_1": query, "text_2": docs})
             r.raise_for_status()
@@ -171,18 +178,9 @@ class OpenAIServer(System):
 
 # ---- servers ----
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def process(cmd: list[str], health: str, env: dict[str, str] | None = None, timeout: float = 600) -> Iterator[None]:
     """A baseline server in its own process group (the runtime's supervisor), until `health` answers 200."""
-    from tritonpkg.runtime import rest
-    from tritonpkg.runtime.supervisor import ProcessGroup
-
     log = Path(tempfile.mkstemp(prefix="bench-embeddings-", suffix=".log")[1])
     group = ProcessGroup(cmd, {**os.environ, **(env or {})}, log)
     group.start()
@@ -200,12 +198,6 @@ def process(cmd: list[str], health: str, env: dict[str, str] | None = None, time
 
 @contextmanager
 def tritonpkg_server(weights: Path, work: Path, dtype: str = "float32") -> Iterator[tuple[str, Path]]:
-    import runpy
-
-    from tritonpkg.repository import package_spec
-    from tritonpkg.runtime import TritonServer, ensure_runtime
-    from tritonpkg.spec import load_spec
-
     example = paths.PROJECT_ROOT / "examples" / "minilm-embeddings-template"
     specs = runpy.run_path(str(example / "locate_weights.py"))["write_specs"](
         work / "specs", weights, embed={"dtype": dtype}, score={"dtype": dtype})
@@ -258,14 +250,16 @@ def infinity_server(weights: Path, work: Path, dtype: str = "float32") -> Iterat
     weights = full_length_copy(weights, work)
     cmd = [str(INFINITY_VENV / "bin" / "infinity_emb"), "v2", "--model-id", str(weights), "--served-model-name",
            "minilm", "--port", str(port), "--host", "127.0.0.1", "--engine", "torch", "--device", "cpu",
-           "--no-bettertransformer", "--no-compile", "--dtype", dtype]  # no optimum here; torch.compile would take minutes on 2 cores
+           # no optimum here; torch.compile would take minutes on 2 cores
+           "--no-bettertransformer", "--no-compile", "--dtype", dtype]
     with process(cmd, f"http://127.0.0.1:{port}/health"):
         yield f"http://127.0.0.1:{port}"
 
 
 # ---- scenarios ----
 
-async def concurrent(call: Callable[[int], Awaitable[None]], clients: int, per_client: int) -> tuple[float, list[float]]:
+async def concurrent(call: Callable[[int], Awaitable[None]], clients: int,
+                     per_client: int) -> tuple[float, list[float]]:
     """`clients` loops of `per_client` calls each: (wall seconds, per-call latencies)."""
     samples: list[float] = []
 
@@ -296,24 +290,40 @@ class Scenario:
     note: str = ""
 
 
+Call = Callable[[System, int], Awaitable[None]]
+
+
+def _embedding(texts: list[str]) -> Call:
+    """The same texts on every call."""
+    return lambda s, i: s.embed(texts)
+
+
+def _scoring(query: str, documents: list[str]) -> Call:
+    return lambda s, i: s.score(query, documents)
+
+
+def _embedding_per_call(s: System, i: int) -> Awaitable[None]:
+    """One 512-token text that differs from call to call."""
+    return s.embed([text_of(512, i)])
+
+
 def scenarios(settings: Settings) -> list[Scenario]:
     na = "n/a: MiniLM has 512 positions"
     n, rounds = settings.count("latency"), settings.count("rounds")
-    out = [Scenario(f"latency batch 1 @ {tokens} tok", lambda s, i, text=[text_of(tokens, 1)]: s.embed(text),
+    out = [Scenario(f"latency batch 1 @ {tokens} tok", _embedding([text_of(tokens, 1)]),
                     rounds=rounds, per_client=max(1, n // rounds)) for tokens in (128, 512)]
     out.append(Scenario("latency batch 1 @ 4096 tok", None, note=na))
     query = text_of(16, 3)
     for docs in (5, 25, 50):
         documents = [text_of(512, i) for i in range(docs)]
-        out.append(Scenario(f"scoring {docs} docs @ 512 tok", lambda s, i, d=documents: s.score(query, d),
+        out.append(Scenario(f"scoring {docs} docs @ 512 tok", _scoring(query, documents),
                             rounds=settings.count("scoring"), scoring=True))
     batch = [text_of(512, i) for i in range(100)]
-    out.append(Scenario("throughput batch 100 x 4 clients @ 512 tok", lambda s, i: s.embed(batch), "throughput",
+    out.append(Scenario("throughput batch 100 x 4 clients @ 512 tok", _embedding(batch), "throughput",
                         rounds=settings.count("throughput"), clients=4, units=100))
     out.append(Scenario("throughput batch 100 x 4 clients @ 1024 tok", None, note=na))
-    for c in (1, 2, 4, 8, 16):
-        out.append(Scenario(f"concurrency {c:>2} x batch 1 @ 512 tok", lambda s, i: s.embed([text_of(512, i)]),
-                            "concurrency", rounds=settings.count("concurrency"), clients=c))
+    out += [Scenario(f"concurrency {c:>2} x batch 1 @ 512 tok", _embedding_per_call, "concurrency",
+                     rounds=settings.count("concurrency"), clients=c) for c in (1, 2, 4, 8, 16)]
     return out
 
 
@@ -331,7 +341,7 @@ async def measure(scenario: Scenario, systems: list[System], log: Callable[[str]
     for s in able:
         try:
             await call(s, 0)  # warm-up
-        except Exception as exc:  # noqa: BLE001 - a baseline without a working route is reported, not fatal
+        except Exception as exc:  # a system that fails is reported in its row, not fatal
             failed[s.name] = f"failed: {str(exc)[:60]}"
     for r in range(scenario.rounds):
         for s in (able if r % 2 == 0 else able[::-1]):
@@ -339,8 +349,8 @@ async def measure(scenario: Scenario, systems: list[System], log: Callable[[str]
                 continue
             await asyncio.sleep(settle)
             try:
-                wall, lat = await concurrent(lambda i, s=s: call(s, i), scenario.clients, scenario.per_client)
-            except Exception as exc:  # noqa: BLE001
+                wall, lat = await concurrent(functools.partial(call, s), scenario.clients, scenario.per_client)
+            except Exception as exc:
                 failed[s.name] = f"failed: {str(exc)[:60]}"
                 continue
             walls[s.name] += wall
@@ -415,7 +425,7 @@ def _run_systems(settings: Settings, weights: Path) -> tuple[list[Row], list[str
             (Path(tmp) / name).mkdir()
             try:
                 factories.append(stack.enter_context(started(name, weights, Path(tmp) / name, settings.dtype)))
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # a baseline without a working route is reported, not fatal
                 skipped.append(f"{name}: failed: {str(exc)[-300:]}")
                 settings.log(f"{name} failed: {exc}")
 
@@ -450,11 +460,9 @@ GOALS = {  # the issue's goals on CPUs: tritonpkg / baseline
 }
 
 
-def table(rows: list[Row], skipped: list[str], dtype: str = "float32", bound: Ceiling | None = None) -> Any:
+def table(rows: list[Row], skipped: list[str], dtype: str = "float32", bound: Ceiling | None = None) -> Table:
     """A rich table: per scenario and system the numbers, and tritonpkg's ratio to each baseline; with the
     machine's compute ceiling, each throughput as a share of it, and what a throughput goal would need."""
-    from rich.table import Table
-
     t = Table(title=f"embedding serving, all-MiniLM-L6-v2, every system in {dtype}, rounds interleaved "
                     "(ratio = tritonpkg vs that system; >1 = tritonpkg better)")
     for col in ("scenario", "system", "p50 ms", "p90 ms", "p99 ms", "max ms", "req/s or emb/s", "ratio", "goal"):
@@ -472,12 +480,13 @@ def table(rows: list[Row], skipped: list[str], dtype: str = "float32", bound: Ce
             for (prefix, system), (metric, target, _) in GOALS.items():
                 if r.scenario.startswith(prefix) and r.system == system and metric == key:
                     need = target if key != "p50_ms" else 1 / target
-                    needs = f" = {bound.share(need * v[key]):.0%} of the ceiling" if bound and key == "emb_per_s" else ""
+                    share = bound.share(need * v[key]) if bound and key == "emb_per_s" else None
+                    needs = f" = {share:.0%} of the ceiling" if share is not None else ""
                     goal = f"{'met' if better >= need else 'MISSED'} (>= {need:.2f}x{needs})"
         shown = r.note if rate is None else f"{rate:.1f}"
         if bound is not None and "emb_per_s" in v:
             shown += f" ({bound.share(v['emb_per_s']):.0%} of the ceiling)"
-        fmt = lambda k: f"{v[k]:.1f}" if k in v else ""  # noqa: E731
-        t.add_row(r.scenario, r.system, fmt("p50_ms"), fmt("p90_ms"), fmt("p99_ms"), fmt("max_ms"), shown, ratio, goal)
+        cells = [f"{v[k]:.1f}" if k in v else "" for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")]
+        t.add_row(r.scenario, r.system, *cells, shown, ratio, goal)
     t.caption = "; ".join(([bound.describe()] if bound is not None else []) + skipped) or None
     return t

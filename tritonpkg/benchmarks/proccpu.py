@@ -8,7 +8,6 @@ exits between two readings cannot be read at the second, so what it used since t
 from __future__ import annotations
 
 import os
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,7 +63,7 @@ class CpuMeter:
     trees: list[int]
     singles: dict[str, int] = field(default_factory=dict)
     roles: dict[str, str] = field(default_factory=dict)
-    seconds: Counter = field(default_factory=Counter)  # role -> CPU seconds
+    seconds: dict[str, float] = field(default_factory=dict)  # role -> CPU seconds
     _open: dict[int, tuple[str, float]] = field(default_factory=dict)
 
     def _read(self) -> dict[int, tuple[str, float]]:
@@ -86,7 +85,7 @@ class CpuMeter:
     def stop(self) -> None:
         for pid, (role, cpu) in self._read().items():
             before = self._open.get(pid)
-            self.seconds[role] += cpu - (before[1] if before else 0.0)
+            self.seconds[role] = self.seconds.get(role, 0.0) + cpu - (before[1] if before else 0.0)
         self._open = {}
 
     def per_unit(self, units: float) -> list[tuple[str, float]]:

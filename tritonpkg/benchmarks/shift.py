@@ -34,7 +34,8 @@ def percentile_shift(base_rounds: list[list[float]], path_rounds: list[list[floa
     """Rounds are paired by index (round i of both paths ran back to back); each resample draws round
     indices with replacement and compares the percentiles of the pooled samples of those rounds."""
     if len(base_rounds) != len(path_rounds) or not base_rounds:
-        raise ValueError(f"need the same number of rounds for both paths (got {len(base_rounds)} and {len(path_rounds)})")
+        raise ValueError(f"need the same number of rounds for both paths "
+                         f"(got {len(base_rounds)} and {len(path_rounds)})")
     base = [np.asarray(r, dtype=float) for r in base_rounds]
     path = [np.asarray(r, dtype=float) for r in path_rounds]
     value = float(np.percentile(np.concatenate(path), q) - np.percentile(np.concatenate(base), q))

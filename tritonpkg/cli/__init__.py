@@ -7,8 +7,19 @@ import gc
 
 import typer
 
-from tritonpkg.cli import (bench_cmd, compat_cmd, demo_cmd, deploy_cmd, frontend_cmd, materialize_cmd, package_cmd,
-                           runtime_cmd, serve_cmd, spec_cmd, validate_cmd)
+from tritonpkg.cli import (
+    bench_cmd,
+    compat_cmd,
+    demo_cmd,
+    deploy_cmd,
+    frontend_cmd,
+    materialize_cmd,
+    package_cmd,
+    runtime_cmd,
+    serve_cmd,
+    spec_cmd,
+    validate_cmd,
+)
 
 app = typer.Typer(
     name="tritonpkg",

@@ -7,10 +7,13 @@ import functools
 import json
 import signal
 import threading
-from typing import Any, Callable, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
+
+from tritonpkg.errors import TritonpkgError
 
 console = Console()
 err_console = Console(stderr=True)
@@ -51,8 +54,6 @@ def library_errors(exit_code: int = EXIT_PROBLEMS) -> Callable[[F], F]:
     def deco(fn: F) -> F:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            from tritonpkg.errors import TritonpkgError
-
             try:
                 return fn(*args, **kwargs)
             except TritonpkgError as exc:

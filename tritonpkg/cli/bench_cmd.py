@@ -18,7 +18,8 @@ SYSTEMS = ("tritonpkg", "floor", "vllm", "infinity")
 def embeddings(
     quick: bool = typer.Option(False, "--quick", help="Fewer repetitions (minutes instead of tens of minutes)."),
     systems: str = typer.Option(",".join(SYSTEMS), "--systems",
-                                help="Comma-separated: tritonpkg, floor (in-process sentence-transformers), vllm, infinity."),
+                                help="Comma-separated: tritonpkg, floor (in-process sentence-transformers), vllm, "
+                                     "infinity."),
     install_baselines: bool = typer.Option(False, "--install-baselines",
                                            help="Install infinity-emb into its own virtualenv first."),
     dtype: str = typer.Option("float32", "--dtype", help="Precision every system computes in: float32 or bfloat16 "
@@ -43,8 +44,8 @@ def embeddings(
         err_console.print(f"[bold red]error:[/] --dtype: {dtype!r} (expected float32 or bfloat16)")
         raise typer.Exit(EXIT_USAGE)
     if install_baselines and "infinity" in chosen and not bench.infinity_installed():
-        bench.install_infinity(lambda m: err_console.print(m))
-    settings = bench.Settings(quick=quick, systems=chosen, log=lambda m: err_console.print(m), dtype=dtype,
+        bench.install_infinity(err_console.print)
+    settings = bench.Settings(quick=quick, systems=chosen, log=err_console.print, dtype=dtype,
                               settle=settle)
     rows, skipped, bound = bench.run(settings, bench.minilm_weights())
     if as_json:

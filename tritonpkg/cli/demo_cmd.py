@@ -10,7 +10,7 @@ STEPS = {
     "package": "packaging the spec",
     "validate": "validating the repository",
     "runtime": "preparing the Triton runtime",
-    "serve": "starting tritonserver and waiting until every model is ready",
+    "serve": "bringing the model up as `tritonpkg serve` does (weights, plugins, Triton until every model is ready)",
     "request": "sending the smoke request",
     "stop": "stopping the server",
 }
@@ -20,7 +20,8 @@ STEPS = {
 def demo(
     spec: Path = typer.Argument(Path("examples/tiny-llm"), help="A tritonpkg.yaml or its folder."),
     output: Path = typer.Option(Path("model_repository"), "--output", "-o", help="Model repository to write."),
-    timeout: float = typer.Option(300.0, help="Seconds to wait for the server to become ready."),
+    timeout: float = typer.Option(300.0, help="Upper bound in seconds on the server's start (a failed model "
+                                              "load ends it at once, naming the model)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Package a spec, validate it, serve it in the real Triton, send its smoke request, print the answer."""

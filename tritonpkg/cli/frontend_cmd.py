@@ -8,8 +8,18 @@ from pathlib import Path
 
 import typer
 
-from tritonpkg.cli._common import (api_key_file_option, api_key_option, console, err_console, library_errors,
-                                   max_request_bytes_option, print_json, serve_until_stopped, stop_signals)
+from tritonpkg.cli._common import (
+    api_key_file_option,
+    api_key_option,
+    console,
+    err_console,
+    library_errors,
+    max_request_bytes_option,
+    print_json,
+    serve_until_stopped,
+    stop_signals,
+)
+from tritonpkg.errors import RuntimeSetupError
 
 
 @library_errors()
@@ -68,12 +78,10 @@ def _report(server, as_json: bool) -> None:
 
     from rich.table import Table
 
-    from tritonpkg.errors import RuntimeSetupError
-
     key = server.settings.api_key
     headers = {"Authorization": f"Bearer {key.get_secret_value()}"} if key is not None else {}
     try:
-        with urllib.request.urlopen(urllib.request.Request(server.url + "/v1/models", headers=headers),
+        with urllib.request.urlopen(urllib.request.Request(server.url + "/v1/models", headers=headers),  # noqa: S310  the frontend's own http:// URL
                                     timeout=60) as resp:
             models = json.load(resp)["data"]
     except urllib.error.HTTPError as exc:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import typer
 from typer.core import TyperGroup
 
 from tritonpkg.cli._common import EXIT_USAGE, console, library_errors, print_json
+from tritonpkg.errors import SpecError
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
 
@@ -59,8 +61,8 @@ def copy(
     source, name = _from_spec(source, name)
     size = None if part_size.strip().lower() == "auto" else parse_size(part_size, "--part-size")
     cap = parse_size(max_bandwidth, "--max-bandwidth") if max_bandwidth else None
-    kwargs = dict(name=name, revision=revision, concurrency=concurrency, part_size=size, hf_cache=hf_cache,
-                  max_bandwidth=cap)
+    kwargs: dict[str, Any] = {"name": name, "revision": revision, "concurrency": concurrency, "part_size": size,
+                              "hf_cache": hf_cache, "max_bandwidth": cap}
     if as_json or not console.is_terminal:
         result = materialize(source, to, **kwargs)
     else:
@@ -81,7 +83,6 @@ def _from_spec(source: str, name: str | None) -> tuple[str, str | None]:
     spec_file = path / "tritonpkg.yaml" if path.is_dir() else path
     if not (spec_file.is_file() and spec_file.suffix in (".yaml", ".yml")):
         return source, name
-    from tritonpkg.errors import SpecError
     from tritonpkg.spec import load_spec
 
     spec = load_spec(spec_file)

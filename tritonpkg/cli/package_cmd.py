@@ -25,10 +25,11 @@ def package(
 
     loaded = load_spec(spec)
     materialized = None
-    if materialize_to is not None and loaded.weights_location():
+    weights = loaded.weights_location()
+    if materialize_to is not None and weights:
         from tritonpkg.storage import materialize
 
-        materialized = materialize(loaded.weights_location(), materialize_to)
+        materialized = materialize(weights, materialize_to)
         source = loaded.source
         loaded = loaded.model_copy(update={"weights": str(materialized.path)})
         loaded._source = source

@@ -1,5 +1,5 @@
 """`tritonpkg serve SOURCE`: bring a model repository or package archive up the way production does
-(tritonpkg.runtime.startup: unpack + verify, weights, plugins, metrics directory, Triton behind closed ports
+(tritonpkg.serve: unpack + verify, weights, plugins, metrics directory, Triton behind closed ports
 until ready, merged /metrics, OpenAI API) and supervise it until Ctrl-C / SIGTERM; or print the
 `docker run` that serves it in NVIDIA's image on a GPU host."""
 
@@ -7,12 +7,29 @@ from __future__ import annotations
 
 import enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+from rich.console import Console
+from rich.status import Status
 
-from tritonpkg.cli._common import (EXIT_PROBLEMS, api_key_file_option, api_key_option, max_request_bytes_option,
-                                   console, err_console, library_errors, print_json,
-                                   print_error, serve_until_stopped, stop_signals)
+from tritonpkg.cli._common import (
+    EXIT_PROBLEMS,
+    EXIT_USAGE,
+    api_key_file_option,
+    api_key_option,
+    console,
+    err_console,
+    library_errors,
+    max_request_bytes_option,
+    print_error,
+    print_json,
+    serve_until_stopped,
+    stop_signals,
+)
+
+if TYPE_CHECKING:
+    from tritonpkg.serve import StepEvent
 
 EXIT_INTERRUPTED = 130  # the shell's code for a command ended by a signal it did not finish
 
@@ -25,6 +42,44 @@ class RuntimeKind(str, enum.Enum):
 class Mode(str, enum.Enum):
     embedded = "embedded"
     separate = "separate"
+
+
+class ModelControl(str, enum.Enum):
+    none = "none"
+    poll = "poll"
+    explicit = "explicit"
+
+
+DEFAULT_OPENAI_PORT = 9000
+
+
+def _backend_configs(values: list[str]) -> list[str]:
+    from tritonpkg.serve.triton_options import TritonOptions
+
+    for value in values:
+        try:
+            TritonOptions(backend_config=(value,))
+        except ValueError:
+            raise typer.BadParameter(f"{value!r}: expected BACKEND,KEY=VALUE "
+                                     "(e.g. python,shm-default-byte-size=16777216)") from None
+    return values
+
+
+def _triton_args(values: list[str]) -> list[str]:
+    from tritonpkg.serve.triton_options import TritonOptionError, check_passthrough
+
+    for value in values:
+        try:
+            check_passthrough(value)
+        except TritonOptionError as exc:
+            raise typer.BadParameter(str(exc)) from None
+    return values
+
+
+def _usage_error(option: str, message: str) -> typer.Exit:
+    err_console.print(f"[bold red]usage error:[/] {option}: ", end="", highlight=False)
+    err_console.print(message, markup=False, highlight=False, soft_wrap=True)
+    return typer.Exit(EXIT_USAGE)
 
 
 def _metrics_token(value: str | None) -> str | None:
@@ -41,7 +96,10 @@ def serve(
     grpc_port: int = typer.Option(8001, "--grpc-port", help="gRPC port (0 picks a free one)."),
     metrics_port: int = typer.Option(8002, "--metrics-port",
                                      help="Merged Prometheus /metrics port: Triton + vLLM (0 picks a free one)."),
-    openai_port: int = typer.Option(9000, "--openai-port", help="OpenAI-compatible API port (0 picks a free one)."),
+    openai_port: int | None = typer.Option(
+        None, "--openai-port", show_default=False,
+        help=f"OpenAI-compatible API port (default {DEFAULT_OPENAI_PORT}; 0 picks a free one). Giving it turns the "
+             "OpenAI API on (an error with --no-openai)."),
     openai: bool | None = typer.Option(None, "--openai/--no-openai",
                                        help="Serve the OpenAI API (default: what the package asks for)."),
     mode: Mode | None = typer.Option(None, "--mode",
@@ -63,7 +121,29 @@ def serve(
     target_release: str | None = typer.Option(None, "--target-release", "-r",
                                               help="Triton release for --runtime docker (default: the toolkit's)."),
     weights: list[Path] = typer.Option([], "--weights", help="Host path of weights to mount (docker; repeatable)."),
-    timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for every model to be ready."),
+    timeout: float | None = typer.Option(
+        None, "--timeout", min=0.001, show_default=False,
+        help="Upper bound in seconds on Triton's start (default: none; start-up waits while Triton reports "
+             "models loading and fails at once, naming the model, when a load fails)."),
+    model_control_mode: ModelControl = typer.Option(
+        ModelControl.none, "--model-control-mode",
+        help="Triton's model control: none (every model loads at start), poll (and the repository is polled "
+             "for changes), explicit (only --load-model models load; the admin API loads and unloads more)."),
+    load_model: list[str] = typer.Option(
+        [], "--load-model", help="A model to load at start (repeatable; only with --model-control-mode explicit)."),
+    backend_config: list[str] = typer.Option(
+        [], "--backend-config", callback=_backend_configs, metavar="BACKEND,KEY=VALUE",
+        help="Triton's --backend-config (repeatable), e.g. python,shm-default-byte-size=16777216."),
+    log_verbose: int = typer.Option(0, "--log-verbose", min=0, help="Triton's verbose log level (0: off)."),
+    triton_metrics: bool = typer.Option(
+        True, "--metrics/--no-metrics",
+        help="Triton's own metrics; with --no-metrics the merged /metrics serves vLLM's only and says so "
+             "(tritonpkg_metrics_source_served{source=\"triton\"} 0)."),
+    triton_arg: list[str] = typer.Option(
+        [], "--triton-arg", callback=_triton_args, metavar="--OPTION[=VALUE]",
+        help="Any other tritonserver option, passed through as given (repeatable; write --triton-arg=--foo=bar). "
+             "Options tritonpkg sets itself (ports, addresses, --model-repository, --backend-directory, the "
+             "restricted APIs, ...) are refused."),
     as_json: bool = typer.Option(False, "--json", help="Print endpoints and models (or the docker command) as JSON."),
     metrics_token: str | None = typer.Option(
         None, "--metrics-token", envvar="TRITONPKG_METRICS_TOKEN", show_default=False, callback=_metrics_token,
@@ -77,14 +157,29 @@ def serve(
         _print_docker(repo, target_release, weights, http_port, grpc_port, metrics_port, host, as_json)
         return
     from tritonpkg.frontend.auth import load_api_key
-    from tritonpkg.runtime.startup import StartupOptions
+    from tritonpkg.serve import StartupOptions, TritonOptions
 
+    if openai_port is not None:
+        if openai is False:
+            raise _usage_error("--openai-port", "serves the OpenAI API, which --no-openai turns off: give one of them")
+        if mode is Mode.separate:
+            raise _usage_error("--openai-port", "the separate mode serves no OpenAI API here (run `tritonpkg "
+                                                "frontend` beside it): drop --mode separate or --openai-port")
+        openai = True
+    if load_model and model_control_mode is not ModelControl.explicit:
+        raise _usage_error("--load-model", "needs --model-control-mode explicit (in none and poll mode every "
+                                           "model of the repository loads)")
+    triton = TritonOptions(model_control_mode=model_control_mode.value, load_models=tuple(load_model),
+                           backend_config=tuple(backend_config), log_verbose=log_verbose, metrics=triton_metrics,
+                           extra_args=tuple(triton_arg))
     openai_key = load_api_key(api_key, api_key_file)
     options = StartupOptions(
         openai_api_key=openai_key, max_request_bytes=max_request_bytes,
         source=repo, host=host, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
-        openai_port=openai_port, openai=openai, execution_mode=mode.value if mode else None, state_dir=state_dir,
-        weights_root=weights_root, startup_timeout=timeout, install_plugins=plugins, metrics_token=metrics_token or None,
+        openai_port=DEFAULT_OPENAI_PORT if openai_port is None else openai_port, openai=openai,
+        execution_mode=mode.value if mode else None, state_dir=state_dir, triton=triton,
+        weights_root=weights_root, startup_timeout=timeout, install_plugins=plugins,
+        metrics_token=metrics_token or None,
         **{k: v for k, v in (("max_members", max_members), ("max_bytes", max_bytes)) if v is not None})
     _serve_local(options, as_json)
 
@@ -113,7 +208,7 @@ def _serve_local(options, as_json: bool) -> None:
     import threading
 
     from tritonpkg.runtime import ServerStartError
-    from tritonpkg.runtime.stack import ServingStack
+    from tritonpkg.serve import ServingStack
 
     stop = threading.Event()
     serving = threading.Event()
@@ -152,14 +247,20 @@ def _serve_local(options, as_json: bool) -> None:
 class _Progress:
     """One line per finished start-up step (with its time) and a spinner while a step runs."""
 
-    def __init__(self, out) -> None:
+    def __init__(self, out: Console) -> None:
         self.out = out
-        self._status = None
+        self._status: Status | None = None
+        self._title = ""
 
-    def __call__(self, event) -> None:
+    def __call__(self, event: StepEvent) -> None:
+        if event.state == "progress":
+            if self._status is not None:
+                self._status.update(f"{self._title} ... {event.detail}")
+            return
         self.close()
         title = event.step.title
         if event.state == "start":
+            self._title = title
             self._status = self.out.status(f"{title} ...")
             self._status.start()
             return
@@ -182,11 +283,12 @@ def _report(stack, as_json: bool) -> None:
     if as_json:
         print_json(data)
         return
-    endpoints = Table("endpoint", "address", header_style="bold",
-                      title=f"ready in {data['startup_seconds']} s ({data['execution_mode']}, Triton pid {data['pid']})")
+    title = f"ready in {data['startup_seconds']} s ({data['execution_mode']}, Triton pid {data['pid']})"
+    endpoints = Table("endpoint", "address", header_style="bold", title=title)
     endpoints.add_row("HTTP (KServe v2)", data["http_url"])
     endpoints.add_row("gRPC (KServe v2)", data["grpc_url"])
-    endpoints.add_row("metrics (Triton + vLLM)", data["metrics_url"] + (" (bearer token)" if data["metrics_auth"] else ""))
+    served = "Triton + vLLM" if data["triton_metrics_url"] else "vLLM only: Triton's metrics are off"
+    endpoints.add_row(f"metrics ({served})", data["metrics_url"] + (" (bearer token)" if data["metrics_auth"] else ""))
     endpoints.add_row("admin key (header admin-key)", data["admin_key_file"] or "-")
     if data["openai_url"]:
         endpoints.add_row("OpenAI API", data["openai_url"])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -13,10 +12,13 @@ from tritonpkg.cli._common import EXIT_PROBLEMS, EXIT_USAGE, console, err_consol
 @library_errors(EXIT_USAGE)
 def validate(
     repo: Path = typer.Argument(..., help="model repository (a directory of model directories)"),
-    target_release: Optional[str] = typer.Option(
+    target_release: str | None = typer.Option(
         None, "--target-release", "-r", help="Triton release (e.g. 24.10) or 'local' (default: the toolkit's runtime)"),
-    contract: Optional[Path] = typer.Option(None, "--contract", help="JSON/YAML requests a frontend sends"),
+    contract: Path | None = typer.Option(None, "--contract", help="JSON/YAML requests a frontend sends"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
+    no_auto_complete: bool = typer.Option(
+        False, "--disable-auto-complete-config",
+        help="judge configs as written, as a tritonserver started with this option (or --strict-model-config) does"),
 ) -> None:
     """Catch before deploy what Triton or vLLM would reject at load time."""
     from tritonpkg.validate import validate_repository
@@ -24,7 +26,8 @@ def validate(
     if not repo.is_dir():
         err_console.print(f"[bold red]error:[/] {repo}: model repository not found", highlight=False)
         raise typer.Exit(EXIT_USAGE)
-    report = validate_repository(repo, target_release=target_release, contract=contract)
+    report = validate_repository(repo, target_release=target_release, contract=contract,
+                                 auto_complete=not no_auto_complete)
     if as_json:
         print_json(report.to_json())
     else:

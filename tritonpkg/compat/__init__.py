@@ -173,7 +173,7 @@ def check_environment(release: str, environment: dict[str, str | None] | None = 
 
     numpy = env.get("numpy")
     if numpy is None:
-        problems.append(Mismatch(component="numpy", installed=None, required=need["numpy"] if need["numpy"] != "any" else "any",
+        problems.append(Mismatch(component="numpy", installed=None, required=need["numpy"],
                                  consequence="the Python backend stub cannot exchange tensors"))
     elif need["numpy"] != "any" and Version(numpy) not in SpecifierSet(need["numpy"]):
         problems.append(Mismatch(component="numpy", installed=numpy, required=need["numpy"],

@@ -20,7 +20,7 @@ _WHERE = {
     "Packed": "packing", "length_groups": "packing", "pack": "packing",
     "encode_pairs": "tokenize", "encode_texts": "tokenize",
 }
-__all__ = sorted(_WHERE)
+__all__ = sorted(_WHERE)  # noqa: PLE0605  the lazy names are listed once, in _WHERE
 
 
 def __getattr__(name: str) -> Any:

@@ -7,8 +7,9 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -18,7 +19,7 @@ class Ticket:
     on error). `on_done` callbacks run in the thread that completes the ticket."""
 
     def __init__(self, sequences: Sequence[Sequence[int]], options: Any = None,
-                 on_done: Callable[["Ticket"], None] | None = None,
+                 on_done: Callable[[Ticket], None] | None = None,
                  type_starts: Sequence[int | None] | None = None) -> None:
         self.sequences = [list(s) for s in sequences]
         self.options = options
@@ -68,8 +69,11 @@ class Ticket:
             raise TimeoutError(f"no result after {timeout} s")
         if self.error is not None:
             raise self.error
-        assert self.values is not None or not self.sequences
-        return self.values if self.values is not None else np.zeros((0, 0), dtype=np.float32)
+        if self.values is not None:
+            return self.values
+        if self.sequences:
+            raise RuntimeError("the work finished with neither its values nor an error")
+        return np.zeros((0, 0), dtype=np.float32)
 
 
 @dataclass

@@ -10,11 +10,15 @@ was trained and is queried with 256 (all-MiniLM-L6-v2) gives vectors that silent
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from .errors import EmbeddingInputError
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 # model_type -> encoder family; RoBERTa's positions start after its padding index.
@@ -81,7 +85,7 @@ class Checkpoint:
         """The spec's `max_length` when given, else the checkpoint's; never past the position table."""
         return min(int(requested or self.max_length), self.max_positions)
 
-    def tokenizer(self) -> Any:
+    def tokenizer(self) -> Tokenizer:
         """tokenizer.json as a `tokenizers.Tokenizer` (no truncation, no padding), lowercasing first when
         sentence_bert_config.json asks for it, as sentence-transformers does."""
         from .tokenize import load_tokenizer

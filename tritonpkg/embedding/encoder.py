@@ -18,13 +18,14 @@ float32, which keeps MiniLM's vectors within cosine 0.9999 of float32's."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Mapping
+from typing import cast
 
 import torch
-import torch.nn.functional as F
+import torch.nn.functional as F  # noqa: N812  torch's own convention
 
-from .checkpoint import FAMILIES, POOLING_MODES, Checkpoint, position_offset, read_checkpoint
+from .checkpoint import FAMILIES, POOLING_MODES, Checkpoint, Dense, position_offset, read_checkpoint
 from .packing import Packed, group_indices
 
 COMPUTE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -67,6 +68,23 @@ _DENSE_ACTIVATIONS = {"tanh": torch.tanh, "identity": lambda v: v, "relu": F.rel
                       "sigmoid": torch.sigmoid}
 
 
+class _Layer(torch.nn.Module):
+    """One encoder layer's parameters; PackedBert._layers runs them over packed tokens."""
+
+    qkv_w: torch.nn.Parameter
+    qkv_b: torch.nn.Parameter
+    out_w: torch.nn.Parameter
+    out_b: torch.nn.Parameter
+    ln1_w: torch.nn.Parameter
+    ln1_b: torch.nn.Parameter
+    up_w: torch.nn.Parameter
+    up_b: torch.nn.Parameter
+    down_w: torch.nn.Parameter
+    down_b: torch.nn.Parameter
+    ln2_w: torch.nn.Parameter
+    ln2_b: torch.nn.Parameter
+
+
 class PackedBert(torch.nn.Module):
     """`head`: "classifier", or the pooling: a sentence-transformers mode or a tuple of them (concatenated)."""
 
@@ -83,7 +101,8 @@ class PackedBert(torch.nn.Module):
                              f"{', '.join(FAMILIES)})")
         config = {**{k: config[v] for k, v in _CONFIG_NAMES.items() if v in config}, **config}
         if compute_dtype not in COMPUTE_DTYPES:
-            raise ValueError(f"compute dtype {compute_dtype!r} is not supported (expected one of {', '.join(COMPUTE_DTYPES)})")
+            raise ValueError(f"compute dtype {compute_dtype!r} is not supported "
+                             f"(expected one of {', '.join(COMPUTE_DTYPES)})")
         self.compute_dtype = COMPUTE_DTYPES[compute_dtype]
         self.hidden = int(config["hidden_size"])
         self.heads = int(config["num_attention_heads"])
@@ -112,9 +131,10 @@ class PackedBert(torch.nn.Module):
         self.layers = torch.nn.ModuleList()
         prefix = _LAYER_PREFIX.get(family, "encoder.layer")
         for i in range(int(config["num_hidden_layers"])):
-            name = lambda role, part: f"{prefix}.{i}.{keys[role]}.{part}"  # noqa: E731
-            qkv = lambda part: torch.cat([state[name(r, part)] for r in "qkv"])  # noqa: E731
-            layer = torch.nn.Module()
+            at = f"{prefix}.{i}."
+            name = lambda role, part, at=at: f"{at}{keys[role]}.{part}"  # noqa: E731
+            qkv = lambda part, name=name: torch.cat([state[name(r, part)] for r in "qkv"])  # noqa: E731
+            layer = _Layer()
             layer.qkv_w, layer.qkv_b = param(qkv("weight"), self.compute_dtype), param(qkv("bias"), self.compute_dtype)
             layer.out_w, layer.out_b = mm(name("out", "weight")), mm(name("out", "bias"))
             layer.ln1_w, layer.ln1_b = p(name("ln1", "weight")), p(name("ln1", "bias"))
@@ -139,7 +159,7 @@ class PackedBert(torch.nn.Module):
 
     @classmethod
     def from_pretrained(cls, folder: str | Path | Checkpoint, compute_dtype: str = "float32",
-                        head: str | tuple[str, ...] = "auto") -> "PackedBert":
+                        head: str | tuple[str, ...] = "auto") -> PackedBert:
         """config.json + model.safetensors (or pytorch_model.bin) of a checkpoint folder. `head="auto"`: the
         classifier when config.json names a *ForSequenceClassification architecture, else "pool"; "pool":
         the folder's sentence-transformers pooling (mean when it has none)."""
@@ -147,7 +167,7 @@ class PackedBert(torch.nn.Module):
         folder, config = checkpoint.folder, checkpoint.config
         if head == "auto":
             head = "classifier" if checkpoint.cross_encoder else "pool"
-        dense = ()
+        dense: tuple[Dense, ...] = ()
         if head == "pool":
             head, dense = checkpoint.pooling, checkpoint.dense
         model = cls(config, _load_state(folder), compute_dtype, head)
@@ -170,10 +190,15 @@ class PackedBert(torch.nn.Module):
         """The size of the head's output: the vector (after any Dense layers) or the classifier's labels."""
         if self.head == "classifier":
             return self.num_labels
-        return self.dense[-1][0].shape[0] if len(self.dense) else self.hidden * len(self.pooling)
+        dense = self._dense_params()
+        return dense[-1][0].shape[0] if dense else self.hidden * len(self.pooling)
+
+    def _dense_params(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(weight, bias) of each Dense layer, in order."""
+        return [(d[0], d[1]) for d in cast("Iterable[torch.nn.ParameterList]", self.dense)]
 
     @classmethod
-    def random(cls, config: Mapping, seed: int = 0) -> "PackedBert":
+    def random(cls, config: Mapping, seed: int = 0) -> PackedBert:
         """A BERT of `config`'s shape with random weights (benchmarks and tests where weights can't travel)."""
         g = torch.Generator().manual_seed(seed)
         h, inter = int(config["hidden_size"]), int(config["intermediate_size"])
@@ -198,12 +223,13 @@ class PackedBert(torch.nn.Module):
             x = x + (self.token_type[0] if token_types is None else self.token_type[token_types])
         return F.layer_norm(x, (self.hidden,), self.emb_ln[0], self.emb_ln[1], self.eps)
 
-    def _layers(self, x: torch.Tensor, attend) -> torch.Tensor:
+    def _layers(self, x: torch.Tensor, attend: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         h, c = self.hidden, self.compute_dtype  # .to(c) and .float() return x itself when c is float32
-        for layer in self.layers:
+        for layer in cast("Iterable[_Layer]", self.layers):
             qkv = F.linear(x.to(c), layer.qkv_w, layer.qkv_b)
             a = attend(qkv)
-            x = F.layer_norm(x + F.linear(a, layer.out_w, layer.out_b).float(), (h,), layer.ln1_w, layer.ln1_b, self.eps)
+            x = F.layer_norm(x + F.linear(a, layer.out_w, layer.out_b).float(), (h,), layer.ln1_w, layer.ln1_b,
+                             self.eps)
             up = self.act(F.linear(x.to(c), layer.up_w, layer.up_b))
             x = F.layer_norm(x + F.linear(up, layer.down_w, layer.down_b).float(), (h,), layer.ln2_w, layer.ln2_b,
                              self.eps)
@@ -230,24 +256,29 @@ class PackedBert(torch.nn.Module):
         h = self.hidden
         masks = []  # per group, made once for all layers
         for g in groups:
-            width = g.span[2] if g.span is not None else g.valid.shape[1]
-            allowed = None if g.span is not None or bool(g.valid.all()) else g.valid[:, None, None, :]
+            if g.span is not None:
+                width, allowed = g.span[2], None
+            else:
+                valid = g.gathered()[1]
+                width = valid.shape[1]
+                allowed = None if bool(valid.all()) else valid[:, None, None, :]
             masks.append(self._scores_mask(torch.arange(width, device=device), allowed))
 
         def attend(qkv: torch.Tensor) -> torch.Tensor:
             out = torch.empty((qkv.shape[0], h), dtype=qkv.dtype, device=device)
-            for g, mask in zip(groups, masks):
+            for g, mask in zip(groups, masks, strict=True):
                 if g.span is not None:  # equal lengths side by side: a view, no copies
                     start, count, width = g.span
                     rows = qkv[start:start + count * width].view(count, width, 3 * h)
-                    o = F.scaled_dot_product_attention(*(self._split_heads(t) for t in rows.split(h, dim=-1)),
-                                                       attn_mask=mask)
+                    q, k, v = (self._split_heads(t) for t in rows.split(h, dim=-1))
+                    o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
                     out[start:start + count * width] = o.transpose(1, 2).reshape(count * width, h)
                     continue
-                rows = qkv[g.gather]  # [G, L, 3H]
+                gather, valid, tokens = g.gathered()
+                rows = qkv[gather]  # [G, L, 3H]
                 q, k, v = (self._split_heads(t) for t in rows.split(h, dim=-1))
                 o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-                out[g.tokens] = o.transpose(1, 2).flatten(-2)[g.valid]
+                out[tokens] = o.transpose(1, 2).flatten(-2)[valid]
             return out
 
         x = self._layers(self._embed(packed.input_ids, packed.positions, packed.token_types), attend)
@@ -258,7 +289,8 @@ class PackedBert(torch.nn.Module):
         """`encode` of a batch padded to a fixed token count (padding tokens carry seg == num_sequences),
         with a block-diagonal mask: shapes depend only on (num_sequences, num_tokens), graph-capturable."""
         seg = packed.seg
-        mask = self._scores_mask(packed.positions, (seg[:, None] == seg[None, :])[None])[None]
+        scores = self._scores_mask(packed.positions, (seg[:, None] == seg[None, :])[None])
+        mask = None if scores is None else scores[None]
 
         def attend(qkv: torch.Tensor) -> torch.Tensor:
             q, k, v = (self._split_heads(t[None]) for t in qkv.split(self.hidden, dim=-1))
@@ -271,7 +303,7 @@ class PackedBert(torch.nn.Module):
     def _head(self, x: torch.Tensor, packed: Packed) -> torch.Tensor:
         if self.head == "pool":
             v = torch.cat([_pool(mode, x, packed) for mode in self.pooling], dim=-1)
-            for (weight, bias), activation in zip(self.dense, self.dense_activations):
+            for (weight, bias), activation in zip(self._dense_params(), self.dense_activations, strict=True):
                 v = _DENSE_ACTIVATIONS[activation](F.linear(v, weight, bias))
             return v
         pooled = self.classifier_act(F.linear(_pool("cls", x, packed), self.pooler_w, self.pooler_b))
@@ -323,7 +355,8 @@ def _load_state(folder: Path) -> dict[str, torch.Tensor]:
 def _strip_prefix(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Checkpoints saved from *For* classes carry their base model's prefix ("bert.", ...); *Model ones none."""
     out = {}
-    for k, v in state.items():
+    for key, v in state.items():
+        k = key
         for prefix in ("bert.", "roberta.", "mpnet.", "distilbert.", "model.", "0.auto_model."):
             if k.startswith(prefix):
                 k = k[len(prefix):]

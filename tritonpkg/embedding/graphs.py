@@ -8,12 +8,15 @@ replaying for a model whose forward takes static-shape packed inputs."""
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Generic, TypeVar
 
 import torch
 
 from .packing import Packed
+
+G = TypeVar("G")
 
 SMALL_STEP = 64
 LARGE_STEP = 256
@@ -38,7 +41,7 @@ class BucketStats:
 
 
 @dataclass
-class BucketCache:
+class BucketCache(Generic[G]):
     """Which action a batch shape gets: "eager" (first sighting, or not graphable), "capture" (second
     sighting) or "replay" (captured). At most `max_graphs` graphs are kept, least recently used evicted;
     an evicted bucket starts over as first sighting."""
@@ -46,8 +49,8 @@ class BucketCache:
     max_tokens: int = 2048
     max_graphs: int = 64
     stats: BucketStats = field(default_factory=BucketStats)
-    _seen: set = field(default_factory=set)
-    _graphs: OrderedDict = field(default_factory=OrderedDict)
+    _seen: set[tuple[int, int]] = field(default_factory=set)
+    _graphs: OrderedDict[tuple[int, int], G] = field(default_factory=OrderedDict)
 
     def key(self, num_sequences: int, num_tokens: int) -> tuple[int, int]:
         return num_sequences, bucket_tokens(num_tokens)
@@ -67,7 +70,7 @@ class BucketCache:
         self.stats.eager += 1
         return "eager"
 
-    def store(self, key: tuple[int, int], graph: object) -> list[tuple[int, int]]:
+    def store(self, key: tuple[int, int], graph: G) -> list[tuple[int, int]]:
         """Keep a captured graph; returns the keys evicted to make room."""
         self._graphs[key] = graph
         self._seen.discard(key)
@@ -77,7 +80,7 @@ class BucketCache:
             evicted.append(old)
         return evicted
 
-    def get(self, key: tuple[int, int]) -> object:
+    def get(self, key: tuple[int, int]) -> G:
         return self._graphs[key]
 
     def __len__(self) -> int:
@@ -97,10 +100,10 @@ class GraphRunner:
     """Runs `forward(packed) -> [num_sequences, ...]` on static-shape batches (packed and padded to their
     bucket), through the bucket cache."""
 
-    def __init__(self, forward: Callable[[Packed], torch.Tensor], cache: BucketCache | None = None,
-                 pool: object | None = None) -> None:
+    def __init__(self, forward: Callable[[Packed], torch.Tensor], cache: BucketCache[_Captured] | None = None,
+                 pool: torch.cuda._POOL_HANDLE | None = None) -> None:
         self.forward = forward
-        self.cache = cache or BucketCache()
+        self.cache: BucketCache[_Captured] = cache or BucketCache()
         self.pool = pool if pool is not None else torch.cuda.graph_pool_handle()
         self.stream = torch.cuda.Stream()
 
@@ -114,7 +117,7 @@ class GraphRunner:
             self.cache.store(key, captured)
         else:
             captured = self.cache.get(key)
-            for dst, src in zip(captured.inputs.tensors(), packed.tensors()):
+            for dst, src in zip(captured.inputs.tensors(), packed.tensors(), strict=True):
                 dst.copy_(src, non_blocking=True)
         captured.graph.replay()
         return captured.output

@@ -4,7 +4,7 @@ cross-encoder's logit). Pure numpy."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -4,8 +4,8 @@ the only padding is inside a group of near-equal lengths."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import torch
 
@@ -32,12 +32,12 @@ class Packed:
     def tensors(self) -> list[torch.Tensor]:
         return [t for t in (self.input_ids, self.positions, self.seg, self.token_types) if t is not None]
 
-    def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> "Packed":
+    def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Packed:
         """The same batch with `fn` applied to each of its tensors (moved, cloned)."""
         types = None if self.token_types is None else fn(self.token_types)
         return Packed(fn(self.input_ids), fn(self.positions), fn(self.seg), self.lengths, types)
 
-    def to(self, device: torch.device | str) -> "Packed":
+    def to(self, device: torch.device | str) -> Packed:
         return self.map(lambda t: t.to(device, non_blocking=True))
 
 
@@ -61,8 +61,9 @@ def pack(sequences: Sequence[Sequence[int]], pad_to: int | None = None, pad_id: 
         ids[start:start + n] = torch.as_tensor(s, dtype=torch.int64)
         positions[start:start + n] = torch.arange(n)
         seg[start:start + n] = i
-        if types is not None and type_starts[i] is not None:
-            types[start + type_starts[i]:start + n] = 1
+        second = type_starts[i] if type_starts is not None else None
+        if types is not None and second is not None:
+            types[start + second:start + n] = 1
         start += n
     return Packed(ids, positions, seg, lengths, types)
 
@@ -99,6 +100,12 @@ class GroupIndex:
     valid: torch.Tensor | None  # [G, L] bool
     tokens: torch.Tensor | None  # [n] packed positions of the valid entries, row-major
     span: tuple[int, int, int] | None = None
+
+    def gathered(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(gather, valid, tokens) of a group that is not a span."""
+        if self.gather is None or self.valid is None or self.tokens is None:
+            raise ValueError("a span group has no gather indices")
+        return self.gather, self.valid, self.tokens
 
 
 def group_indices(lengths: Sequence[int], max_waste: float = 0.125,

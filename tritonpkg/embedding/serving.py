@@ -9,8 +9,9 @@ exists only inside Triton."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -84,7 +85,7 @@ class _EngineModel:
             except Exception as exc:  # a bad request gets its own error; the others go on
                 self.send_error(sender, exc)
         self.engine.batcher.wait_below(self.max_pending, timeout=30)
-        return None
+        return
 
     def submit(self, request: Any, sender: Any) -> None:
         raise NotImplementedError

@@ -5,8 +5,12 @@ multiprocess directory, with each metric family exactly once."""
 from __future__ import annotations
 
 from tritonpkg.metrics.exposition import MergedExposition, family_blocks, merge_expositions
-from tritonpkg.metrics.multiproc import MultiprocDirClaim, claim_multiproc_dir, multiproc_exposition, \
-    prepare_multiproc_dir
+from tritonpkg.metrics.multiproc import (
+    MultiprocDirClaim,
+    claim_multiproc_dir,
+    multiproc_exposition,
+    prepare_multiproc_dir,
+)
 from tritonpkg.metrics.server import MergedMetricsServer
 
 __all__ = [

@@ -29,7 +29,8 @@ def family_blocks(text: str) -> dict[str, list[str]]:
             if len(parts) >= 3 and parts[1] in ("HELP", "TYPE"):
                 name = parts[2]
                 lines = blocks.setdefault(name, [])
-                if not any(existing.split(maxsplit=2)[:2] == parts[:2] for existing in lines if existing.startswith("#")):
+                if not any(existing.split(maxsplit=2)[:2] == parts[:2]
+                           for existing in lines if existing.startswith("#")):
                     lines.append(line)
                 current = name
             continue

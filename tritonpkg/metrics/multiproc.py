@@ -9,7 +9,6 @@ from pathlib import Path
 
 from tritonpkg.errors import RuntimeSetupError
 
-
 CLAIM_FILE = ".tritonpkg-serve.lock"
 
 

@@ -41,7 +41,7 @@ BACKLOG = 1024  # the kernel caps it at net.core.somaxconn
 
 
 def _fetch(url: str, timeout: float) -> str:
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310  Triton's own http:// metrics URL
         return resp.read().decode()
 
 
@@ -53,10 +53,14 @@ def _budget(header: str | None) -> float:
         return SCRAPE_BUDGET
 
 
-def _up_family(up: dict[str, bool]) -> str:
+def _up_family(up: dict[str, bool], served: dict[str, bool]) -> str:
     lines = ["# HELP tritonpkg_metrics_source_up 1 when the last scrape could read this source of /metrics.",
              "# TYPE tritonpkg_metrics_source_up gauge"]
     lines += [f'tritonpkg_metrics_source_up{{source="{name}"}} {int(ok)}' for name, ok in up.items()]
+    lines += [("# HELP tritonpkg_metrics_source_served 1 when this /metrics serves this source; triton 0: "
+               "Triton's own metrics are off (serve --no-metrics)."),
+              "# TYPE tritonpkg_metrics_source_served gauge"]
+    lines += [f'tritonpkg_metrics_source_served{{source="{name}"}} {int(on)}' for name, on in served.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -82,17 +86,20 @@ class MergedMetricsServer:
 
     @property
     def url(self) -> str:
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host  # noqa: S104  a comparison, no bind
         return f"http://{host}:{self.port}/metrics"
 
     def fetch_triton(self, budget: float = SCRAPE_BUDGET) -> str:
         """Triton's metrics text, tried up to FETCH_ATTEMPTS times within `budget` seconds; remembered as the
         last good scrape. Raises OSError when every attempt failed."""
+        url = self.triton_metrics_url
+        if url is None:
+            raise OSError("this server has no Triton metrics URL to fetch")
         deadline = time.monotonic() + budget
         attempt = 1
         while True:
             try:
-                text = _fetch(self.triton_metrics_url,
+                text = _fetch(url,
                               timeout=max(0.1, (deadline - time.monotonic()) / (FETCH_ATTEMPTS - attempt + 1)))
                 break
             except OSError:
@@ -140,13 +147,15 @@ class MergedMetricsServer:
                 up["vllm"] = True
             except (OSError, ValueError):  # a value file half-written by a dying process
                 up["vllm"] = False
-        return merge_expositions([("tritonpkg", _up_family(up)), *sources])
+        served = {"triton": self.triton_metrics_url is not None, "vllm": self.multiproc_dir is not None}
+        return merge_expositions([("tritonpkg", _up_family(up, served)), *sources])
 
     # -- serving -----------------------------------------------------------------------------------
-    def start(self) -> "MergedMetricsServer":
+    def start(self) -> MergedMetricsServer:
         loop = asyncio.new_event_loop()
         bound: concurrent.futures.Future = concurrent.futures.Future()
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tritonpkg-metrics-collect")
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1,
+                                                           thread_name_prefix="tritonpkg-metrics-collect")
         self._thread = threading.Thread(target=self._run, args=(loop, bound), name="tritonpkg-metrics", daemon=True)
         self._thread.start()
         try:
@@ -193,7 +202,8 @@ class MergedMetricsServer:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
-        assert task is not None
+        if task is None:
+            raise RuntimeError("a connection is handled outside an asyncio task")
         if len(self._conns) >= self.max_connections and not self._evict():
             writer.close()
             return
@@ -236,14 +246,14 @@ class MergedMetricsServer:
             return 404, b"only /metrics is served here\n", []
         if request.method != b"GET":
             return 405, b"GET /metrics\n", [(b"allow", b"GET")]
-        fields = {name: value for name, value in request.headers}
+        fields = dict(request.headers)
         if self._expected_auth is not None and not hmac.compare_digest(
                 fields.get(b"authorization", b""), self._expected_auth):
             return 401, b"a bearer token is required\n", [(b"www-authenticate", b'Bearer realm="metrics"')]
         timeout = fields.get(SCRAPE_TIMEOUT_HEADER.lower().encode())
         try:
             text = await self._scrape(_budget(timeout.decode(errors="replace") if timeout else None))
-        except Exception as exc:  # noqa: BLE001 - the scrape fails, the server stays up
+        except Exception as exc:
             return 500, f"collecting the metrics failed: {type(exc).__name__}: {exc}\n".encode(), []
         return 200, text.encode(), [(b"content-type", CONTENT_TYPE.encode())]
 
@@ -264,7 +274,7 @@ class MergedMetricsServer:
                      + conn.send(h11.EndOfMessage()))
         await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
 
-    def __enter__(self) -> "MergedMetricsServer":
+    def __enter__(self) -> MergedMetricsServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

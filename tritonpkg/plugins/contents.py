@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 import zipfile
+from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
-from typing import Iterable
 
 from installer.records import parse_record_file
 from installer.sources import WheelFile
@@ -83,8 +83,8 @@ def _check_record(zf: zipfile.ZipFile, wheel: Path, info_dir: str, names: list[s
                           file=wheel, field=record, expected="every member listed in RECORD with its sha256 and size"
                           ) from exc
     present = set(names)
-    for rec_name, _, _ in parse_record_file(zf.read(record).decode("utf-8", "replace").splitlines()):
-        rec_name = _name(wheel, rec_name, "RECORD entry")
+    for raw_name, _, _ in parse_record_file(zf.read(record).decode("utf-8", "replace").splitlines()):
+        rec_name = _name(wheel, raw_name, "RECORD entry")
         if rec_name not in present:
             raise _refuse(wheel, rec_name, "is listed in RECORD but is not in the wheel", "RECORD and the zip to agree")
 

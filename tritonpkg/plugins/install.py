@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Literal, Mapping
+from typing import Any, Literal
 
 from packaging.utils import canonicalize_name
 from pydantic import BaseModel
 
+from tritonpkg import compat
 from tritonpkg.plugins.contents import check_footprint
 from tritonpkg.plugins.errors import PluginError
 from tritonpkg.plugins.records import PluginRecord, recorded_plugins
@@ -32,8 +34,6 @@ class InstalledPlugin(BaseModel):
 
 
 def pinned_packages() -> list[str]:
-    from tritonpkg import compat
-
     return list(compat.toolkit()["pinned_packages"])
 
 
@@ -45,8 +45,8 @@ def _check_against_lock(infos: list[WheelInfo], records: list[PluginRecord], whe
             raise PluginError(f"{info.wheel} is bundled but the lock records no such plugin wheel",
                               file=wheels_dir / info.wheel, expected="only the wheels `tritonpkg package` bundled")
         if rec.sha256 != info.sha256:
-            raise PluginError(f"plugin {info.name}: the wheel's sha256 differs from the lock", file=wheels_dir / info.wheel,
-                              field="sha256", expected=rec.sha256)
+            raise PluginError(f"plugin {info.name}: the wheel's sha256 differs from the lock",
+                              file=wheels_dir / info.wheel, field="sha256", expected=rec.sha256)
     if by_wheel:
         raise PluginError(f"the lock records plugin wheel(s) missing from the package: {', '.join(sorted(by_wheel))}",
                           file=wheels_dir, expected="the wheels/ folder of the same model package")
@@ -66,7 +66,8 @@ def plan_checks(infos: list[WheelInfo], env: TargetEnvironment, pinned: Iterable
             raise PluginError(
                 f"plugin {info.name} {info.version} cannot be installed without breaking the runtime: {lines}",
                 file=info.wheel, field="Requires-Dist",
-                expected=f"requirements the runtime at {env.executable} already satisfies (plugins install with --no-deps)",
+                expected=f"requirements the runtime at {env.executable} already satisfies "
+                         "(plugins install with --no-deps)",
             )
 
 
@@ -80,7 +81,8 @@ def footprint_checks(todo: list[tuple[Path, WheelInfo]], env: TargetEnvironment,
     for path, info in todo:
         prev = env.dists.get(info.key)
         if prev is not None and any(env.owners.values()):
-            registers = {g for g, names in env.owners.items() if info.key in {canonicalize_name(d) for d in names.values()}}
+            registers = {g for g, names in env.owners.items()
+                         if info.key in {canonicalize_name(d) for d in names.values()}}
             if not registers & (set(info.entry_points) - {"console_scripts", "gui_scripts"}):
                 raise PluginError(f"plugin wheel {info.wheel} would replace {info.name} {prev}, an installed "
                                   "distribution that registers none of the plugin's entry-point groups",
@@ -124,7 +126,7 @@ def install_bundled(
     before = probe(python, groups, timeout)
     plan_checks(infos, before, pins)
 
-    todo = [(w, i) for w, i in zip(wheels, infos) if before.dists.get(i.key) != i.version]
+    todo = [(w, i) for w, i in zip(wheels, infos, strict=True) if before.dists.get(i.key) != i.version]
     footprint_checks(todo, before, python, pins, timeout)
     if todo:
         _pip_install(python, [w for w, _ in todo], timeout)
@@ -141,7 +143,8 @@ def install_bundled(
                                   "visible to the runtime interpreter (shadowed by another copy on its sys.path?)",
                                   file=python, field=group, expected=f"{names}")
         prev = before.dists.get(info.key)
-        action = "already-installed" if prev == info.version else ("replaced" if prev else "installed")
+        action: Literal["installed", "already-installed", "replaced"] = (
+            "already-installed" if prev == info.version else ("replaced" if prev else "installed"))
         out.append(InstalledPlugin(name=info.name, version=info.version, wheel=info.wheel, sha256=info.sha256,
                                    action=action, previous_version=prev if action == "replaced" else None,
                                    entry_points=info.entry_points, python=python, site_packages=after.purelib))

@@ -6,8 +6,9 @@ entry-point group the spec asked for and every entry point the wheel registers (
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -38,11 +39,13 @@ def recorded_plugins(lock: Mapping[str, Any] | Path) -> list[PluginRecord]:
     source = lock if isinstance(lock, Path) else None
     if isinstance(lock, Path):
         try:
-            lock = json.loads(lock.read_text())
+            data: Mapping[str, Any] = json.loads(lock.read_text())
         except (OSError, json.JSONDecodeError) as exc:
-            raise PluginError(f"cannot read the lock: {exc}", file=source, expected="a tritonpkg.lock.json") from exc
+            raise PluginError(f"cannot read the lock: {exc}", file=lock, expected="a tritonpkg.lock.json") from exc
+    else:
+        data = lock
     found: dict[str, PluginRecord] = {}
-    for model, entry in sorted(lock.get("models", {}).items()):
+    for model, entry in sorted(data.get("models", {}).items()):
         for version, ventry in sorted(entry.get("versions", {}).items()):
             for i, raw in enumerate(ventry.get("plugins", [])):
                 where = f"models.{model}.versions.{version}.plugins[{i}]"

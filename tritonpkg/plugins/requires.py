@@ -6,7 +6,7 @@ already. So every requirement that applies (its marker is true) must be met by w
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from packaging.markers import UndefinedComparison, UndefinedEnvironmentName
 from packaging.requirements import InvalidRequirement, Requirement
@@ -76,6 +76,7 @@ def unmet_requirements(
         else:
             continue
         if is_pinned:
-            reason += f"; it is pinned ({', '.join(sorted(pins))} in tritonpkg/compat/matrix.json), so pip may not change it"
+            reason += (f"; it is pinned ({', '.join(sorted(pins))} in tritonpkg/compat/matrix.json), "
+                       "so pip may not change it")
         out.append(Unmet(requirement=line, reason=reason, pinned=is_pinned))
     return out

@@ -10,7 +10,10 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from pydantic import BaseModel
 
+from tritonpkg.plugins import footprint
+from tritonpkg.plugins.contents import Footprint
 from tritonpkg.plugins.errors import PluginError
+from tritonpkg.proc.interpreter import interpreter_bin_dir
 
 _PROBE = r"""
 import json, os, platform, sys, sysconfig
@@ -63,12 +66,9 @@ def probe(python: str, groups: list[str], timeout: float = 120) -> TargetEnviron
     return TargetEnvironment(python=python, dists=dists, stamps=stamps, **data)
 
 
-def footprint_of(python: str, timeout: float = 120) -> "Footprint":
+def footprint_of(python: str, timeout: float = 120) -> Footprint:
     """What `python`'s environment has on its import path and in its bin folder, with owners: the source
     of tritonpkg.plugins.footprint run in that interpreter (it need not have tritonpkg)."""
-    from tritonpkg.plugins import footprint
-    from tritonpkg.plugins.contents import Footprint
-
     source = Path(footprint.__file__).read_text()
     return Footprint.model_validate_json(_last_line(python, [source], "files", timeout))
 
@@ -87,17 +87,12 @@ def _last_line(python: str, code_and_args: list[str], listing: str, timeout: flo
     return proc.stdout.strip().splitlines()[-1]
 
 
-def local_footprint() -> "Footprint":
+def local_footprint() -> Footprint:
     """The same picture of this interpreter's environment, in-process (what `package` checks against)."""
-    from tritonpkg.plugins.contents import Footprint
-    from tritonpkg.plugins.footprint import footprint
-
-    return Footprint.model_validate(footprint())
+    return Footprint.model_validate(footprint.footprint())
 
 
 def default_python() -> str:
     """The interpreter Triton's stub embeds: `python3` in the first PATH entry the server gets,
     i.e. beside this interpreter (tritonpkg.runtime.environment); the stub ignores PYTHON* variables."""
-    from tritonpkg.runtime.environment import interpreter_bin_dir
-
     return str(Path(interpreter_bin_dir()) / "python3")

@@ -51,9 +51,13 @@ def _dist_info(names: list[str], path: Path) -> str:
     return tops[0]
 
 
+class _CaseSensitiveParser(configparser.ConfigParser):
+    def optionxform(self, optionstr: str) -> str:
+        return optionstr  # entry-point names are case-sensitive
+
+
 def parse_entry_points(text: str) -> dict[str, dict[str, str]]:
-    parser = configparser.ConfigParser(delimiters=("=",), interpolation=None)
-    parser.optionxform = str  # entry-point names are case-sensitive
+    parser = _CaseSensitiveParser(delimiters=("=",), interpolation=None)
     parser.read_string(text)
     return {group: {k: v.strip() for k, v in parser.items(group)} for group in sorted(parser.sections())}
 

@@ -15,13 +15,16 @@ _EXPORTS = {
     "PackageResult": "package", "package_spec": "package",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(_EXPORTS)  # noqa: PLE0605  the lazy names are listed once, in _EXPORTS
 
 if TYPE_CHECKING:
-    from tritonpkg.repository.build import BuiltModel, build_models, engine_args
-    from tritonpkg.repository.lock import LOCK_NAME
-    from tritonpkg.repository.lock import verify as verify_lock
-    from tritonpkg.repository.package import PackageResult, package_spec
+    from tritonpkg.repository.build import BuiltModel as BuiltModel
+    from tritonpkg.repository.build import build_models as build_models
+    from tritonpkg.repository.build import engine_args as engine_args
+    from tritonpkg.repository.lock import LOCK_NAME as LOCK_NAME
+    from tritonpkg.repository.lock import verify as verify_lock  # noqa: F401  exported under this name
+    from tritonpkg.repository.package import PackageResult as PackageResult
+    from tritonpkg.repository.package import package_spec as package_spec
 
 
 def __getattr__(name: str) -> Any:

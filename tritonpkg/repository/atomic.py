@@ -16,9 +16,10 @@ import signal
 import socket
 import tempfile
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
@@ -137,7 +138,7 @@ def staged_directory(target: Path, copy_existing: bool = True) -> Iterator[Path]
                 shutil.copytree(target, staging, symlinks=True, dirs_exist_ok=True)
             yield staging
             fsync_tree(staging)
-            os.chmod(staging, 0o755)
+            os.chmod(staging, 0o755)  # noqa: S103  mkdtemp made it 0700; the server may run as another user
             with _signals_deferred():
                 _swap_in(staging, target)
         except BaseException:

@@ -12,35 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from tritonpkg import compat, safepath
-from tritonpkg.errors import SpecError
+from tritonpkg import compat, safepath, vllm_io
+from tritonpkg.errors import PackageError, SpecError
 from tritonpkg.repository import config as cfg
 from tritonpkg.repository import templates
-from tritonpkg.spec import Spec
+from tritonpkg.repository.adapters import MULTI_LORA, build_adapters, multi_lora_json
+from tritonpkg.spec import PythonModel, Spec
 
 MAX_SPEC_FILE_BYTES = 256 << 20  # one `python.files` entry: code, configs, a lexicon; weights travel apart
-
-VLLM_INPUTS = (
-    cfg.Tensor("text_input", "TYPE_STRING", (1,)),
-    cfg.Tensor("stream", "TYPE_BOOL", (1,), optional=True),
-    cfg.Tensor("sampling_parameters", "TYPE_STRING", (1,), optional=True),
-    cfg.Tensor("exclude_input_in_output", "TYPE_BOOL", (1,), optional=True),
-    cfg.Tensor("return_finish_reason", "TYPE_BOOL", (1,), optional=True),
-    cfg.Tensor("return_cumulative_logprob", "TYPE_BOOL", (1,), optional=True),
-    cfg.Tensor("return_logprobs", "TYPE_BOOL", (1,), optional=True),
-    cfg.Tensor("return_num_input_tokens", "TYPE_BOOL", (1,), optional=True),
-    cfg.Tensor("return_num_output_tokens", "TYPE_BOOL", (1,), optional=True),
-)
-# Names, types and dims as NVIDIA's vLLM backend auto-completes them.
-VLLM_OUTPUTS = (
-    cfg.Tensor("text_output", "TYPE_STRING", (-1,)),
-    cfg.Tensor("finish_reason", "TYPE_STRING", (-1,)),
-    cfg.Tensor("cumulative_logprob", "TYPE_FP32", (-1,)),
-    cfg.Tensor("logprobs", "TYPE_STRING", (-1,)),
-    cfg.Tensor("num_input_tokens", "TYPE_UINT32", (1,)),
-    cfg.Tensor("num_output_tokens", "TYPE_UINT32", (-1,)),
-)
-
 
 @dataclass
 class BuiltModel:
@@ -51,6 +30,7 @@ class BuiltModel:
     role: str  # "vllm", a template name, or "ensemble"
     files: dict[str, bytes] = field(default_factory=dict)
     modes: dict[str, int] = field(default_factory=dict)  # permission bits of copied user files; others 0o644
+    adapters: dict[str, dict[str, Any]] = field(default_factory=dict)  # LoRA name -> {source, folder}
 
     @property
     def config_path(self) -> str:
@@ -65,14 +45,22 @@ def build_models(spec: Spec, requirements: list[str] | None = None) -> list[Buil
     elif spec.python is not None and spec.python.template == "ensemble":
         models = _ensemble_models(spec)
     else:
-        assert spec.python is not None
-        models = [_python_model(spec, spec.name, spec.python.template, spec.python.parameters)]
+        python = _python(spec)
+        models = [_python_model(spec, spec.name, python.template, python.parameters)]
     if requirements:
         text = ("\n".join(requirements) + "\n").encode()
         for m in models:
             if m.role != "ensemble":
                 m.files[f"{m.name}/{m.version}/requirements.txt"] = text
     return models
+
+
+def _python(spec: Spec) -> PythonModel:
+    """The spec's `python` section, which every kind but vllm has (Spec checks it at load)."""
+    if spec.python is None:
+        raise SpecError(f"a {spec.kind} model needs a `python` section", file=spec.source, field="python",
+                        expected="python: {template, parameters, inputs, outputs}")
+    return spec.python
 
 
 def engine_args(spec: Spec) -> dict[str, Any]:
@@ -90,43 +78,30 @@ def engine_args(spec: Spec) -> dict[str, Any]:
 
 
 def _vllm_model(spec: Spec) -> BuiltModel:
-    """config.pbtxt + model.json. The config declares only the I/O that NVIDIA's backend of the spec's
-    target release also accepts (additional outputs per NVIDIA's docs/additional_outputs.md: finish
-    reason, cumulative logprob and output-token count since 24.12; logprobs and input-token count
-    later, taken as 25.02 to stay on the safe side), so the repository means the same in NVIDIA's
-    image; the toolkit's backend auto-completes the rest when it serves the model. `runner: pooling`
-    (or `convert: embed`) in engine_args selects the embedding I/O."""
-    since = {
-        "return_finish_reason": "24.12", "finish_reason": "24.12",
-        "return_cumulative_logprob": "24.12", "cumulative_logprob": "24.12",
-        "return_num_output_tokens": "24.12", "num_output_tokens": "24.12",
-        "return_logprobs": "25.02", "logprobs": "25.02",
-        "return_num_input_tokens": "25.02", "num_input_tokens": "25.02",
-    }
-    target = tuple(int(x) for x in spec.target_release.split("."))
-
-    def supported(t: cfg.Tensor) -> bool:
-        return t.name not in since or target >= tuple(int(x) for x in since[t.name].split("."))
-
+    """config.pbtxt + model.json. The I/O comes from the backend's contract (backends/vllm/io_contract.json):
+    only what NVIDIA's backend of the spec's target release also accepts (each tensor's `nvidia_since`), so
+    the repository means the same in NVIDIA's image; the toolkit's backend auto-completes the rest when it
+    serves the model. `runner: pooling` (or `convert: embed`) in engine_args selects the embedding I/O."""
     pooling = spec.engine_args.get("runner") == "pooling" or spec.engine_args.get("convert") == "embed"
-    if pooling:  # the toolkit backend's embedding I/O (NVIDIA's has no such model kind at 24.x)
-        inputs = [cfg.Tensor("text_input", "TYPE_STRING", (1,)),
-                  cfg.Tensor("pooling_parameters", "TYPE_STRING", (1,), optional=True)]
-        outputs = [cfg.Tensor("embedding", "TYPE_FP32", (-1,)), cfg.Tensor("num_input_tokens", "TYPE_UINT32", (1,))]
-    else:
-        inputs = [t for t in VLLM_INPUTS if supported(t)]
-        outputs = [t for t in VLLM_OUTPUTS if supported(t)]
+    inputs, outputs = vllm_io.load().packaged_io("embed" if pooling else "generate", spec.target_release)
     config = cfg.ModelConfigSpec(
         name=spec.name,
         backend="vllm",
-        inputs=inputs,
-        outputs=outputs,
+        inputs=[cfg.Tensor(t.name, t.data_type, t.dims, t.optional) for t in inputs],
+        outputs=[cfg.Tensor(t.name, t.data_type, t.dims, t.optional) for t in outputs],
         decoupled=True,
         instance_kind="KIND_MODEL",
     )
     model = BuiltModel(spec.name, spec.version, "vllm")
     model.files[model.config_path] = cfg.to_pbtxt(cfg.build(config)).encode()
-    model.files[f"{spec.name}/{spec.version}/model.json"] = _json(engine_args(spec))
+    prefix = f"{spec.name}/{spec.version}"
+    lora = build_adapters(spec)
+    args = {**lora.engine_args, **engine_args(spec)}  # what the spec sets wins
+    model.files[f"{prefix}/model.json"] = _json(args)
+    if lora.multi_lora:
+        model.files[f"{prefix}/{MULTI_LORA}"] = multi_lora_json(lora.multi_lora)
+        model.files.update({f"{prefix}/{rel}": data for rel, data in lora.files.items()})
+        model.adapters = lora.lock
     return model
 
 
@@ -148,14 +123,14 @@ def _python_model(
     given_params: dict[str, Any],
     io: tuple[list[cfg.Tensor], list[cfg.Tensor]] | None = None,
 ) -> BuiltModel:
-    assert spec.python is not None
+    python = _python(spec)
     template = templates.load(template_name)
     params = templates.resolve_parameters(template, given_params, spec.source)
     if template.meta.get("weights_check"):
         _check_weights(spec, scoring=template.meta["weights_check"] == "scoring")
     if io is None:
         d_in, d_out = template.default_io(str(params.get("mode", "")))
-        io = (_tensors(spec.python.inputs, d_in), _tensors(spec.python.outputs, d_out))
+        io = (_tensors(python.inputs, d_in), _tensors(python.outputs, d_out))
     inputs, outputs = io
     if not inputs or not outputs:
         raise SpecError(f"template {template_name!r} needs inputs and outputs", file=spec.source,
@@ -164,11 +139,11 @@ def _python_model(
     config = cfg.ModelConfigSpec(
         name=name,
         backend="python",
-        max_batch_size=spec.python.max_batch_size,
+        max_batch_size=python.max_batch_size,
         inputs=inputs,
         outputs=outputs,
         instance_kind=_instance_kind(spec),
-        instance_count=spec.python.instance_count,
+        instance_count=python.instance_count,
         decoupled=bool(template.meta.get("decoupled")),
     )
     model = BuiltModel(name, spec.version, template_name)
@@ -179,7 +154,7 @@ def _python_model(
         "params": params,
         "inputs": [_tensor_dict(t) for t in inputs],
         "outputs": [_tensor_dict(t) for t in outputs],
-        "max_batch_size": spec.python.max_batch_size,
+        "max_batch_size": python.max_batch_size,
         "weights": spec.weights_location(),
     }
     prefix = f"{name}/{spec.version}"
@@ -188,7 +163,7 @@ def _python_model(
     model.files.update(_vendored_files(template, prefix))
     if "module" in params:
         _user_files(spec, model, prefix)
-        listed = [PurePosixPath(f).name for f in spec.python.files]
+        listed = [PurePosixPath(f).name for f in python.files]
         if params["module"] not in listed:  # else the stub fails to load the hooks (or loads model.py itself)
             raise SpecError(f"module {params['module']!r} is not one of the python.files", file=spec.source,
                             field="python.parameters.module",
@@ -216,12 +191,12 @@ def _check_weights(spec: Spec, scoring: bool) -> None:
 
 def _ensemble_models(spec: Spec) -> list[BuiltModel]:
     """tokenize -> model -> detokenize, wired by an ensemble named after the spec."""
-    assert spec.python is not None
+    python = _python(spec)
     template = templates.load("ensemble")
-    params = templates.resolve_parameters(template, spec.python.parameters, spec.source)
+    params = templates.resolve_parameters(template, python.parameters, spec.source)
     d_in, d_out = template.default_io("ensemble")
-    ens_in = _tensors(spec.python.inputs, d_in)
-    ens_out = _tensors(spec.python.outputs, d_out)
+    ens_in = _tensors(python.inputs, d_in)
+    ens_out = _tensors(python.outputs, d_out)
     if len(ens_in) != 1 or len(ens_out) != 1 or ens_in[0].data_type != "TYPE_STRING" \
             or ens_out[0].data_type != "TYPE_STRING":
         raise SpecError("an ensemble takes one text input and gives one text output", file=spec.source,
@@ -265,7 +240,9 @@ def _vendored_files(template: templates.Template, prefix: str) -> dict[str, byte
     out: dict[str, bytes] = {}
     for folder, package in sorted((template.meta.get("vendor") or {}).items()):
         found = importlib.util.find_spec(package)
-        assert found is not None and found.origin, f"template {template.name} vendors a missing package {package}"
+        if found is None or not found.origin:
+            raise PackageError(f"template {template.name} vendors {package}, which is not installed",
+                               field=f"vendor.{folder}", expected="an importable package beside tritonpkg")
         for path in sorted(Path(found.origin).parent.glob("*.py")):
             out[f"{prefix}/{folder}/{path.name}"] = path.read_bytes()
     return out
@@ -274,8 +251,8 @@ def _vendored_files(template: templates.Template, prefix: str) -> dict[str, byte
 def _user_files(spec: Spec, model: BuiltModel, prefix: str) -> None:
     """`python.files` beside model.py, each with its own mode bits; an entry must name a file inside the
     spec's folder (the one path rule, every link followed) and may not replace a file already there."""
-    assert spec.python is not None
-    for i, rel in enumerate(spec.python.files):
+    python = _python(spec)
+    for i, rel in enumerate(python.files):
         field_name = f"python.files[{i}]"
         data, mode = read_spec_file(spec, rel, field_name)
         dest = f"{prefix}/{PurePosixPath(rel).name}"

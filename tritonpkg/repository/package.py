@@ -11,6 +11,10 @@ from packaging.utils import canonicalize_name
 
 from tritonpkg import safepath
 from tritonpkg.errors import PackageError
+from tritonpkg.plugins import PluginError, read_wheel, record_for
+from tritonpkg.plugins.contents import check_footprint
+from tritonpkg.plugins.requires import unmet_requirements
+from tritonpkg.plugins.target import local_footprint
 from tritonpkg.repository import archive as archive_mod
 from tritonpkg.repository import lock as lock_mod
 from tritonpkg.repository import templates
@@ -65,6 +69,7 @@ def package_spec(spec: Spec, repository: str | Path, archive: str | Path | None 
                 "serving": {"execution_mode": spec.execution_mode, "openai": spec.openai_enabled,
                             **({"openai_parsers": spec.openai_parsers} if spec.openai_parsers else {})},
                 "files": dict(sorted(version_files.items())),
+                **({"adapters": adapter_lock} if (adapter_lock := _adapter_lock(model)) else {}),
             })
         (stage / lock_mod.LOCK_NAME).write_bytes(lock_mod.dumps(lock))
         if archive is not None:
@@ -72,6 +77,20 @@ def package_spec(spec: Spec, repository: str | Path, archive: str | Path | None 
             files, modes = _package_files(stage, models, lock)
             archive_mod.write(result.archive, files, wheels, modes)
     return result
+
+
+def _adapter_lock(model: BuiltModel) -> dict[str, dict]:
+    """Per adapter: its source and, for one copied into the version, its folder and files' sha256 (also
+    under `files`, which verify checks); a remote adapter's files are hashed when serve materializes it."""
+    prefix = f"{model.name}/{model.version}/"
+    out: dict[str, dict] = {}
+    for name, entry in model.adapters.items():
+        folder = entry["folder"]
+        files = ({} if folder is None else {
+            p: lock_mod.sha256(d) for p, d in sorted(model.files.items())
+            if p.startswith(prefix + folder.removeprefix("./") + "/")})
+        out[name] = {**entry, "files": files}
+    return out
 
 
 def _write_model(stage: Path, model: BuiltModel) -> None:
@@ -106,11 +125,6 @@ def _plugins(spec: Spec) -> tuple[dict[str, bytes], list[dict]]:
     """The wheels to bundle and the lock entry of every declared plugin, read from each wheel's metadata.
     A wheel that is not the declared distribution, lacks the declared entry-point group, or needs a
     version of a pinned package other than the target's is refused here rather than at start-up."""
-    from tritonpkg.plugins import PluginError, read_wheel, record_for
-    from tritonpkg.plugins.contents import check_footprint
-    from tritonpkg.plugins.requires import unmet_requirements
-    from tritonpkg.plugins.target import local_footprint
-
     pins = pinned_versions(spec.target_release)
     footprint = None  # what the local runtime has installed, read once if a plugin ships a wheel
     wheels: dict[str, bytes] = {}
@@ -122,6 +136,8 @@ def _plugins(spec: Spec) -> tuple[dict[str, bytes], list[dict]]:
             path = _wheel_path(spec, plugin.wheel, f"{field}.wheel")
             try:
                 info = read_wheel(path)
+                if info.contents is None:
+                    raise PluginError(f"{path}: its files could not be listed", file=path)
                 check_footprint(path, info.name, info.contents, footprint or (footprint := local_footprint()),
                                 pins, where="the local runtime")
             except PluginError as exc:

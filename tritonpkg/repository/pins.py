@@ -5,6 +5,7 @@ installed distribution): pip would then have to break vLLM to install the model.
 
 from __future__ import annotations
 
+import contextlib
 from functools import lru_cache
 from importlib import metadata
 
@@ -50,7 +51,8 @@ def check_requirements(spec: Spec) -> list[str]:
             raise PackageError(
                 f"{line!r} would change the pinned {name} {pins[name]}",
                 file=spec.source, field=field,
-                expected=f"no requirement on {name}, or one that admits {pins[name]} (pinned in tritonpkg/compat/matrix.json)",
+                expected=f"no requirement on {name}, or one that admits {pins[name]} "
+                         "(pinned in tritonpkg/compat/matrix.json)",
             )
         if name in pins and req.url:
             raise PackageError(f"{line!r} would replace the pinned {name} with {req.url}", file=spec.source,
@@ -131,10 +133,8 @@ def _overlap(a: SpecifierSet, b: SpecifierSet, installed: str | None) -> bool:
         for i in range(len(rel)):
             candidates.add(Version(".".join(map(str, (*rel[:i], rel[i] + 1)))))
     if installed:
-        try:
+        with contextlib.suppress(InvalidVersion):  # a local build's odd version string adds no candidate
             candidates.add(Version(installed))
-        except InvalidVersion:
-            pass
     try:
         both = SpecifierSet(f"{a},{b}")
     except InvalidSpecifier:

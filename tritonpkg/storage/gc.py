@@ -23,7 +23,8 @@ class GcResult:
 
 def gc(root: str | Path, *, keep: int = 1, model: str | None = None, dry_run: bool = False) -> GcResult:
     if keep < 1:
-        raise StorageError("--keep must be at least 1", field="keep", expected="an integer >= 1 (the latest is always kept)")
+        raise StorageError("--keep must be at least 1", field="keep",
+                           expected="an integer >= 1 (the latest is always kept)")
     root = Path(root).expanduser().absolute()
     if not root.is_dir():
         raise StorageError("materialization root not found", file=root, expected="the --to ROOT of materialize")

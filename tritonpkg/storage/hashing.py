@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 
 class OrderedDigest:
     def __init__(self, parts: int, want_md5: bool, on_hashed: Callable[[int], None]) -> None:
         self.sha256 = hashlib.sha256()
-        self.md5 = hashlib.md5() if want_md5 else None
+        self.md5 = hashlib.md5(usedforsecurity=False) if want_md5 else None  # checks S3's ETag, not a secret
         self.parts = parts
         self._next = 0
         self._pending: dict[int, list[bytes]] = {}
@@ -28,17 +28,17 @@ class OrderedDigest:
             self._draining = True
         while True:
             with self._lock:
-                chunks = self._pending.pop(self._next, None)
-                if chunks is None:
+                ready = self._pending.pop(self._next, None)
+                if ready is None:
                     self._draining = False
                     return False
                 self._next += 1
                 last = self._next == self.parts
-            for chunk in chunks:
+            for chunk in ready:
                 self.sha256.update(chunk)
                 if self.md5 is not None:
                     self.md5.update(chunk)
-            self._on_hashed(sum(map(len, chunks)))
+            self._on_hashed(sum(map(len, ready)))
             if last:
                 with self._lock:
                     self._draining = False

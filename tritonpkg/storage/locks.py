@@ -4,9 +4,9 @@ others wait, then find READY and reuse it. gc takes the same lock without waitin
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 
 @contextmanager

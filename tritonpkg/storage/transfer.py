@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import threading
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 from tritonpkg.safepath import join_under
 from tritonpkg.storage.errors import ChecksumError, SourceChangedError
@@ -89,7 +90,8 @@ def run(source: Source, plans: list[FilePlan], tree: Path, journal: Journal, *, 
                 fd = _open_staged(tree, plan.file.path, plan.file.size, fresh=not plan.staged)
                 fds.append(fd)
                 if not plan.parts:
-                    state.stats.sha256[plan.file.path] = _finish(plan, hashlib.sha256(), hashlib.md5())
+                    md5 = hashlib.md5(usedforsecurity=False)  # compared with the source's ETag, not a secret
+                    state.stats.sha256[plan.file.path] = _finish(plan, hashlib.sha256(), md5)
                     state.stats.files_fetched += 1
                     continue
                 digest = OrderedDigest(len(plan.parts), plan.file.md5 is not None,
@@ -134,7 +136,7 @@ def _part(state: _Run, plan: FilePlan, part: Part, fd: int, digest: OrderedDiges
             state.stats.sha256[plan.file.path] = _finish(plan, digest.sha256, digest.md5)
             with state._lock:
                 state.stats.files_fetched += 1
-    except BaseException as exc:  # noqa: BLE001 - handed to the caller thread
+    except BaseException as exc:
         state.fail(exc)
 
 
@@ -177,16 +179,16 @@ def _open_staged(tree: Path, name: str, size: int, fresh: bool) -> int:
 
 def _link(plan: FilePlan, tree: Path, state: _Run) -> None:
     """An unchanged file of an earlier revision: hard link (same file system), copy as a fallback."""
-    import shutil
-
-    assert plan.reuse is not None and plan.reuse_sha256 is not None
+    reuse, reuse_sha256 = plan.reuse, plan.reuse_sha256
+    if reuse is None or reuse_sha256 is None:
+        raise ValueError(f"{plan.file.path} has no earlier revision to link from")
     target = join_under(tree, plan.file.path, source=str(tree))
     target.parent.mkdir(parents=True, exist_ok=True)
     target.unlink(missing_ok=True)
     try:
-        os.link(plan.reuse, target)
+        os.link(reuse, target)
     except OSError:
-        shutil.copyfile(plan.reuse, target)
-    state.stats.sha256[plan.file.path] = plan.reuse_sha256
+        shutil.copyfile(reuse, target)
+    state.stats.sha256[plan.file.path] = reuse_sha256
     state.stats.files_reused += 1
     state.advance(plan.file.size, "reused")

@@ -11,23 +11,27 @@ from pathlib import Path
 
 from tritonpkg import compat, paths
 from tritonpkg.errors import TritonpkgError
-from tritonpkg.repository.lock import LOCK_NAME, verify as verify_lock
+from tritonpkg.repository.lock import LOCK_NAME
+from tritonpkg.repository.lock import verify as verify_lock
 from tritonpkg.validate.context import Context, count_gpus
 from tritonpkg.validate.contract import check_contract, load_contract
 from tritonpkg.validate.loaded import load_repository, read_json
 from tritonpkg.validate.registry import run_rules
 from tritonpkg.validate.report import Problem, Report
 
-__all__ = ["validate_repository", "Problem", "Report", "ValidateError"]
+__all__ = ["Problem", "Report", "ValidateError", "validate_repository"]
 
 
 class ValidateError(TritonpkgError):
     """The repository or contract cannot be validated at all (missing path, unreadable contract)."""
 
 
-def validate_repository(repo: Path, target_release: str | None = None, contract: Path | None = None) -> Report:
+def validate_repository(repo: Path, target_release: str | None = None, contract: Path | None = None,
+                        auto_complete: bool = True) -> Report:
     """Check every model in `repo`. `target_release`: a Triton release from the compatibility matrix,
-    or 'local' (default: the toolkit's own runtime, Triton 2.51 + pinned vLLM on this machine)."""
+    or 'local' (default: the toolkit's own runtime, Triton 2.51 + pinned vLLM on this machine).
+    `auto_complete`: whether the server auto-completes configs (Triton's default); False for a server
+    started with --disable-auto-complete-config (or --strict-model-config=true)."""
     repo = Path(repo)
     if not repo.is_dir():
         raise ValidateError("model repository not found", file=repo, expected="a directory of model directories")
@@ -36,7 +40,7 @@ def validate_repository(repo: Path, target_release: str | None = None, contract:
         compat.get_release(target)  # raises CompatError naming the known releases
     models = load_repository(repo.resolve())
     ctx = Context(repo=repo.resolve(), target=target, models={m.name: m for m in models},
-                  gpu_count=count_gpus(), backends_dir=paths.backends_dir())
+                  gpu_count=count_gpus(), backends_dir=paths.backends_dir(), auto_complete=auto_complete)
     problems = run_rules(models, ctx)
     problems += _stray_repo_files(repo)
     problems += _lock_drift(repo)

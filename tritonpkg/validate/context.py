@@ -19,6 +19,7 @@ class Context:
     models: dict[str, LoadedModel] = field(default_factory=dict)
     gpu_count: int = 0
     backends_dir: Path | None = None
+    auto_complete: bool = True  # Triton's default; off = tritonserver --disable-auto-complete-config
     _lock: dict | None = field(default=None, repr=False)
 
     def lock(self) -> dict:

@@ -60,8 +60,10 @@ def load_contract(path: Path) -> Contract:
     try:
         return Contract(path=path, requests=[ContractRequest.model_validate(r) for r in items])
     except ValidationError as exc:
-        raise TritonpkgError(f"invalid contract: {exc}", file=path,
-                             expected='{"model": ..., "inputs": [{"name", "datatype", "shape"}], "outputs": [...]}') from exc
+        raise TritonpkgError(
+            f"invalid contract: {exc}", file=path,
+            expected='{"model": ..., "inputs": [{"name", "datatype", "shape"}], "outputs": [...]}',
+        ) from exc
 
 
 def v2_datatype(data_type: int) -> str:
@@ -72,7 +74,7 @@ def v2_datatype(data_type: int) -> str:
 
 def _shape_ok(shape: list[int], dims: list[int], batching: bool) -> bool:
     want = ([-1] if batching else []) + dims
-    return len(shape) == len(want) and all(w == -1 or s == w for s, w in zip(shape, want))
+    return len(shape) == len(want) and all(w == -1 or s == w for s, w in zip(shape, want, strict=False))
 
 
 def check_contract(contract: Contract, ctx: Context) -> list[Problem]:
@@ -101,7 +103,8 @@ def _check_request(i: int, req: ContractRequest, path: Path, ctx: Context) -> It
                           f"one of {sorted(ins)}")
             continue
         want = v2_datatype(io.data_type)
-        got = "BYTES" if x.datatype.upper().removeprefix("TYPE_") in ("BYTES", "STRING") else x.datatype.upper().removeprefix("TYPE_")
+        given = x.datatype.upper().removeprefix("TYPE_")
+        got = "BYTES" if given in ("BYTES", "STRING") else given
         if got != want:
             yield problem("contract.datatype", f"inputs[{j}].datatype",
                           f"input {x.name!r} is sent as {x.datatype} but the model takes {want}", want)

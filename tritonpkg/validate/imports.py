@@ -22,7 +22,8 @@ def vllm_imports(source: Path) -> list[tuple[str, int]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out += [(a.name, node.lineno) for a in node.names if a.name.split(".")[0] == "vllm"]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.split(".")[0] == "vllm":
+        elif (isinstance(node, ast.ImportFrom) and node.module and node.level == 0
+              and node.module.split(".")[0] == "vllm"):
             out += [(f"{node.module}:{a.name}", node.lineno) for a in node.names]
     return out
 
@@ -33,5 +34,5 @@ def unresolved_installed(symbols: tuple[str, ...]) -> dict[str, str]:
         return {}
     found = probe(symbols, fields=False)
     if found is None:
-        return {s: "vLLM is not installed" for s in symbols}
+        return dict.fromkeys(symbols, "vLLM is not installed")
     return found.unresolved

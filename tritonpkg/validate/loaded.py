@@ -74,6 +74,9 @@ class LoadedModel:
     engine_args: dict[str, Any] | None = None
     engine_args_file: Path | None = None
     engine_args_error: str | None = None
+    written: pb.ModelConfig | None = None  # the config as written, once auto-complete changed `config`
+    auto_filled: dict[str, str] = field(default_factory=dict)  # field path -> what auto-complete supplied it
+    auto_finding: Problem | None = None  # auto-complete's own finding (an error: it fails the load)
 
     @property
     def has_config_file(self) -> bool:
@@ -92,6 +95,13 @@ class LoadedModel:
         return ""
 
     @property
+    def parsed(self) -> pb.ModelConfig:
+        """The parsed config, for rules the registry runs only on models whose config.pbtxt parsed."""
+        if self.config is None:
+            raise ValueError(f"model {self.name!r}: a config rule ran on a model whose config did not parse")
+        return self.config
+
+    @property
     def is_ensemble(self) -> bool:
         return self.config is not None and self.config.platform == "ensemble"
 
@@ -105,11 +115,26 @@ class LoadedModel:
     def problem(self, rule: str, severity: Severity, message: str, *, field: str | None = None,
                 expected: str | None = None, file: Path | None = None,
                 at: Location | None = None) -> Problem:
-        """A Problem located at `field` in config.pbtxt (or in `file` when given)."""
+        """A Problem located at `field` in config.pbtxt (or in `file` when given). A field whose value
+        auto-complete supplied says so (`auto_complete`): the config does not write it."""
         loc = at if at is not None else (lookup(self.locs, field) if file is None else None)
+        supplied = self.supplied_by(field) if file is None else None
+        if supplied:
+            message += f" (a value Triton's auto-complete supplies: {supplied})"
         return Problem(rule=rule, severity=severity, file=self.rel(file) if file else self.config_rel,
                        line=loc[0] if loc else None, column=loc[1] if loc else None,
-                       model=self.name, field=field, message=message, expected=expected)
+                       model=self.name, field=field, message=message, expected=expected, auto_complete=supplied)
+
+    def supplied_by(self, path: str | None) -> str | None:
+        """What auto-complete supplied `path` (or the entry holding it), None when the config writes it."""
+        while path:
+            if path in self.auto_filled:
+                return self.auto_filled[path]
+            cut = max(path.rfind("."), path.rfind("["))
+            if cut <= 0:
+                return None
+            path = path[:cut]
+        return None
 
 
 _PLATFORM_BACKEND = {

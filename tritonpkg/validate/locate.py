@@ -6,6 +6,7 @@ use the names of the ModelConfig schema: `input[1].dims`, `instance_group[0].kin
 
 from __future__ import annotations
 
+import contextlib
 import re
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
@@ -44,7 +45,10 @@ def _repeated(f: FieldDescriptor | None) -> bool:
     if f is None:
         return False
     flag = getattr(f, "is_repeated", None)
-    return bool(flag) if flag is not None else f.label == FieldDescriptor.LABEL_REPEATED
+    if flag is not None:
+        return bool(flag)
+    # protobuf releases before `is_repeated` only have `label`
+    return getattr(f, "label", None) == FieldDescriptor.LABEL_REPEATED
 
 
 class _Scanner:
@@ -76,7 +80,7 @@ class _Scanner:
             if self.peek() == "[":
                 self.take()
                 while self.peek() not in (None, "]"):
-                    if self.peek() in (",",):
+                    if self.peek() == ",":
                         self.take()
                         continue
                     self._value(field, sub, prefix, name, counts, scalars)
@@ -102,7 +106,7 @@ class _Scanner:
             return
         self.take()
         value = _unquote(tok)
-        while self.peek() is not None and self.peek()[:1] in "\"'":  # adjacent strings concatenate
+        while (nxt := self.peek()) is not None and nxt[:1] in "\"'":  # adjacent strings concatenate
             value += _unquote(self.take()[0])
         scalars[name] = value
 
@@ -110,10 +114,8 @@ class _Scanner:
 def field_locations(text: str, descriptor: Descriptor | None) -> dict[str, Location]:
     """Map field path -> (line, column), both 1-based."""
     scanner = _Scanner(text)
-    try:
+    with contextlib.suppress(IndexError):  # truncated text: keep what was found
         scanner.message(descriptor, "", None)
-    except IndexError:  # truncated text: keep what was found
-        pass
     return scanner.locs
 
 

@@ -53,7 +53,8 @@ def check(group, name, value, base_ref, methods, init_args):
             bad.append(f"has no method {meth}()")
             continue
         try:
-            inspect.signature(fn).bind(*([None] * (n + (0 if isinstance(inspect.getattr_static(obj, meth), (classmethod, staticmethod)) else 1))))
+            inspect.signature(fn).bind(*([None] * (n + (0 if isinstance(inspect.getattr_static(obj, meth),
+                                                                        (classmethod, staticmethod)) else 1))))
         except TypeError as exc:
             bad.append(f"{meth}() cannot take {n} argument(s): {exc}")
         except ValueError:

@@ -11,7 +11,8 @@ Severity = Literal["error", "warning"]
 
 class Problem(BaseModel):
     """One finding. `error` = the real server (or vLLM) would reject it at load; `warning` = it loads,
-    but something is probably wrong (ignored settings, remote weights, version drift)."""
+    but something is probably wrong (ignored settings, remote weights, version drift). Rules judge the
+    config after Triton's auto-complete; `auto_complete` names what supplied a value the config omits."""
 
     rule: str
     severity: Severity
@@ -22,6 +23,7 @@ class Problem(BaseModel):
     field: str | None = None
     message: str
     expected: str | None = None
+    auto_complete: str | None = None  # set when the field's value is one Triton's auto-complete supplies
 
     def where(self) -> str:
         parts = [self.file]

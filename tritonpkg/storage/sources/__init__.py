@@ -3,11 +3,11 @@ transfer engine needs nothing else, so every kind of store goes through the same
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, Protocol
+from typing import Protocol
 
 from tritonpkg.storage.objects import RemoteFile
-
 
 CHUNK = 1 << 20  # bytes per read of a stream: each chunk is still in the core's cache when it is written
 
@@ -33,7 +33,8 @@ class Source(Protocol):
 
 def open_source(url: str, *, revision: str | None = None, hf_cache: Path | None = None,
                 concurrency: int = 8) -> Source:
-    """The source for `url`: s3://, hf://, a local directory (or file://), or any other fsspec URL."""
+    """The source for `url`: s3://, hf://, a local directory (or file://), or any other fsspec URL.
+    Each source module is imported only here: they import botocore, huggingface_hub or fsspec."""
     if url.startswith("s3://"):
         from tritonpkg.storage.sources.s3 import S3Source
 

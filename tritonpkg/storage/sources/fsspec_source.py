@@ -8,14 +8,15 @@ from tritonpkg.storage.objects import RemoteFile
 
 class FsspecSource:
     def __init__(self, url: str) -> None:
-        import fsspec
+        import fsspec  # imported only for a URL no other source takes
 
         self.url = url
         try:
             self.fs, self.root = fsspec.core.url_to_fs(url)
         except (ImportError, ValueError) as exc:
             raise StorageError(f"no filesystem for {url}: {exc}",
-                               expected="s3://, hf://, a local path, or an fsspec URL whose package is installed") from exc
+                               expected="s3://, hf://, a local path, or an fsspec URL whose package is installed"
+                               ) from exc
         self.root = self.root.rstrip("/")
 
     def default_name(self) -> str:
@@ -35,11 +36,13 @@ class FsspecSource:
         for path, info in sorted(found.items()):
             if info.get("type") == "directory":
                 continue
-            etag = info.get("ETag") or info.get("etag") or info.get("md5Hash") or info.get("mtime") or info.get("created")
+            etag = (info.get("ETag") or info.get("etag") or info.get("md5Hash") or info.get("mtime")
+                    or info.get("created"))
             files.append(RemoteFile(path=relative_key(path, self.root, self.url), key=path, size=int(info["size"]),
                                     etag=str(etag) if etag is not None else None))
         if not files:
-            raise StorageError(f"no files under {self.url}", field="SOURCE", expected="a folder holding the model files")
+            raise StorageError(f"no files under {self.url}", field="SOURCE",
+                               expected="a folder holding the model files")
         return files
 
     def read(self, f: RemoteFile, start: int, end: int) -> list[bytes]:

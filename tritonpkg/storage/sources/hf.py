@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any, cast
 
 from tritonpkg import safepath
 from tritonpkg.storage.errors import SourceChangedError, StorageError, UnsafeKeyError
@@ -89,7 +90,7 @@ class HfSource:
     def list_files(self) -> list[RemoteFile]:
         root = f"{self.repo}@{self.commit}"
         try:
-            found = self.fs.find(root, detail=True)
+            found = cast("dict[str, dict[str, Any]]", self.fs.find(root, detail=True))  # detail=True: path -> info
         except Exception as exc:
             raise _translate(exc, self.url) from exc
         files = []

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from tritonpkg.safepath import UnsafePathError, open_inside, quote, within
 from tritonpkg.storage.errors import SourceChangedError, StorageError, UnsafeKeyError

@@ -6,7 +6,9 @@ two versions."""
 from __future__ import annotations
 
 import time
-from typing import Iterator
+from collections.abc import Iterator
+from functools import cache
+from typing import Any
 
 from tritonpkg.storage.errors import SourceChangedError, StorageError
 from tritonpkg.storage.objects import RemoteFile
@@ -117,21 +119,23 @@ class S3Source:
         self.client.close()
 
 
-_LOADER = None
+@cache
+def _data_loader() -> Any:
+    """botocore's data loader, made once per process: it caches the service models it has loaded."""
+    import botocore.session  # botocore loads only once an s3:// source is opened
+
+    return botocore.session.Session().get_component("data_loader")
 
 
-def _client(concurrency: int):
+def _client(concurrency: int) -> Any:
     """A fresh botocore session (credentials and endpoint read from the environment now) sharing one data
     loader: loading the S3 service model again costs ~0.2 s per session. botocore alone: boto3's resource
     layer and s3transfer are unused here and cost ~40 ms of import."""
-    import botocore.session
+    import botocore.session  # as in _data_loader
     from botocore.config import Config
 
-    global _LOADER
     core = botocore.session.Session()
-    if _LOADER is None:
-        _LOADER = core.get_component("data_loader")
-    core.register_component("data_loader", _LOADER)
+    core.register_component("data_loader", _data_loader())
     config = Config(max_pool_connections=max(10, concurrency + 2), retries={"max_attempts": 5, "mode": "standard"},
                     tcp_keepalive=True)
     return core.create_client("s3", config=config)

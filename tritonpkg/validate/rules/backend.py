@@ -1,4 +1,5 @@
-"""Which backend runs the model, and what that backend demands of the config.
+"""Which backend runs the model, and what that backend demands of the config (after Triton's
+auto-complete: autocomplete.py).
 
 Real 2.51 behaviour: no backend/platform in config.pbtxt loads only with a model.py (auto-completed to
 python); an unknown backend fails with "unable to find backend library for backend 'x'";
@@ -102,9 +103,10 @@ def _defines(tree: ast.Module, name: str) -> bool:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if any(isinstance(t, ast.Name) and t.id == name for t in targets):
                 return True
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            if any((a.asname or a.name).split(".")[0] == name for a in node.names):
-                return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+            (a.asname or a.name).split(".")[0] == name for a in node.names
+        ):
+            return True
     return False
 
 
@@ -126,6 +128,8 @@ def decoupled_policy(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
     if cfg is None or m.is_ensemble:
         return
     decoupled = cfg.model_transaction_policy.decoupled
+    if m.auto_finding is not None and m.auto_finding.severity == "error":
+        return  # auto-complete already fails the load, before the backend's initialize runs
     if m.backend not in ("python", "") and ctx.backends_dir is not None:
         src = ctx.backends_dir / m.backend / "model.py"
         if src.is_file() and _requires_decoupled(src) and not decoupled:
@@ -152,8 +156,9 @@ def decoupled_policy(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
 
 @lru_cache(maxsize=16)
 def _requires_decoupled(src: Path) -> bool:
-    """True when the backend raises on `not using_decoupled_model_transaction_policy(...)`, or its
-    auto_complete_config forces decoupled (which conflicts with an explicit `decoupled: false`)."""
+    """True when the backend raises on `not using_decoupled_model_transaction_policy(...)`. Judged on the
+    config after auto-complete, which makes the vllm backend's models decoupled unless the config says
+    otherwise (then auto-complete fails first: autocomplete.py)."""
     try:
         tree = ast.parse(src.read_text())
     except (SyntaxError, UnicodeDecodeError):

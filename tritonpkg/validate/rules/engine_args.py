@@ -34,6 +34,9 @@ def engine_args(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
     if m.engine_args_error:
         yield m.problem("engine_args.json", "error", m.engine_args_error, file=f, expected="a JSON object")
         return
+    args = m.engine_args
+    if args is None:
+        raise ValueError(f"model {m.name!r}: {f} loaded without an error but holds no engine arguments")
     wanted = ctx.release_vllm
     known = engine_fields(wanted)
     if known is None:
@@ -45,7 +48,7 @@ def engine_args(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
                         f"target runs vLLM {wanted} but engine arguments are checked against vLLM "
                         f"{known.vllm_version} ({known.source}): fields may differ", file=f,
                         expected=f"a snapshot for vLLM {wanted} (python -m tritonpkg.compat.engine_args.snapshot)")
-    for key, value in m.engine_args.items():
+    for key, value in args.items():
         spec = known.fields.get(key)
         if spec is None:
             close = difflib.get_close_matches(key, known.fields, n=1)
@@ -63,7 +66,7 @@ def engine_args(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
             continue
         yield from _value_problems(m, key, value, spec, known.vllm_version)
     for key in LOCATION_KEYS:
-        value = m.engine_args.get(key)
+        value = args.get(key)
         if isinstance(value, str) and value.startswith(REMOTE):
             yield m.problem("engine_args.remote", "warning",
                             f"{key} points at a remote location {value!r}: every load downloads it",

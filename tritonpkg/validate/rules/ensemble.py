@@ -25,13 +25,13 @@ def _dtype(t: int) -> str:
 
 
 def _compatible(a, b) -> bool:
-    return len(a) == len(b) and all(x == y or x == -1 or y == -1 for x, y in zip(a, b))
+    return len(a) == len(b) and all(x == y or x == -1 or y == -1 for x, y in zip(a, b, strict=False))
 
 
 def ensemble(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
-    if not m.is_ensemble or not m.config.HasField("ensemble_scheduling"):
+    if not m.is_ensemble or not m.parsed.HasField("ensemble_scheduling"):
         return
-    cfg = m.config
+    cfg = m.parsed
     steps = cfg.ensemble_scheduling.step
     ins = {i.name: i for i in cfg.input}
     outs = {o.name: o for o in cfg.output}
@@ -48,14 +48,16 @@ def ensemble(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
         for mapname in ("input_map", "output_map"):
             if not getattr(step, mapname):
                 yield m.problem("ensemble.step-map", "error", f"step {s} ({step.model_name!r}) has no {mapname}",
-                                field=path, expected=f"{mapname} {{ key: \"<model tensor>\" value: \"<ensemble tensor>\" }}")
-        for key, value in step.input_map.items():
+                                field=path,
+                                expected=f"{mapname} {{ key: \"<model tensor>\" value: \"<ensemble tensor>\" }}")
+        for value in step.input_map.values():
             consumers.setdefault(value, []).append(s)
         for key, value in step.output_map.items():
             if value in producers:
-                yield m.problem("ensemble.output-map-dup", "error",
-                                f"ensemble tensor {value!r} is written by step {producers[value][0]} and again by step {s}",
-                                field=f"{path}.output_map[{key}]", expected="each tensor written by one step")
+                yield m.problem(
+                    "ensemble.output-map-dup", "error",
+                    f"ensemble tensor {value!r} is written by step {producers[value][0]} and again by step {s}",
+                    field=f"{path}.output_map[{key}]", expected="each tensor written by one step")
             producers.setdefault(value, []).append(s)
         sub = ctx.models.get(step.model_name)
         if sub is None or (sub.config is None and sub.has_config_file):
@@ -77,7 +79,8 @@ def ensemble(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
                 io = declared.get(key)
                 if io is None:
                     if sub.has_config_file:
-                        yield m.problem("ensemble.io-name", "error", f"{mapname} key {key!r} is not {role} of {sub.name!r}",
+                        yield m.problem("ensemble.io-name", "error",
+                                        f"{mapname} key {key!r} is not {role} of {sub.name!r}",
                                         field=f"{path}.{mapname}[{key}]", expected=f"one of {sorted(declared)}")
                     continue
                 decl.setdefault(value, []).append((io.data_type, list(io.dims), sub.name, f"{path}.{mapname}[{key}]"))
@@ -122,7 +125,9 @@ def _graph(m, steps, ins, outs, producers, consumers) -> Iterator[Problem]:
             yield m.problem("ensemble.unused", "error",
                             f"tensor {name!r} written by step {s} is never read and is not an ensemble output",
                             field=f"{_S}[{s}].output_map", expected="a consumer or an ensemble output of that name")
-        elif name in producers and name not in ready and all(c in producers or c in ins for c in _inputs_of(steps, steps_writing)):
+        elif name in producers and name not in ready and all(
+            c in producers or c in ins for c in _inputs_of(steps, steps_writing)
+        ):
             s = steps_writing[0]
             yield m.problem("ensemble.cycle", "error",
                             f"tensor {name!r} (step {s}) depends on itself: the steps form a cycle",
@@ -142,8 +147,8 @@ def _inputs_of(steps, idxs) -> set[str]:
 
 
 def _consistency(m: LoadedModel, decl) -> Iterator[Problem]:
-    for name, items in decl.items():
-        items = [d for d in items if d[0] != pb.TYPE_INVALID]  # reported on the model itself
+    for name, declared in decl.items():
+        items = [d for d in declared if d[0] != pb.TYPE_INVALID]  # reported on the model itself
         if not items:
             continue
         dtype0, dims0, who0, _ = items[0]
@@ -169,15 +174,15 @@ def ensemble_cycles(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
         mm = ctx.models.get(name)
         if mm is None or not mm.is_ensemble:
             continue
-        for step in mm.config.ensemble_scheduling.step:
+        for step in mm.parsed.ensemble_scheduling.step:
             if step.model_name == m.name:
                 yield m.problem("ensemble.cycle", "error",
-                                f"circular dependency between ensembles: {' -> '.join(trail + [m.name])}",
+                                f"circular dependency between ensembles: {' -> '.join([*trail, m.name])}",
                                 field=f"{_S}", expected="no ensemble that (indirectly) contains itself")
                 return
             if step.model_name not in seen:
                 seen.add(step.model_name)
-                stack.append((step.model_name, trail + [step.model_name]))
+                stack.append((step.model_name, [*trail, step.model_name]))
 
 
 def decoupled_origins(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
@@ -185,10 +190,10 @@ def decoupled_origins(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
     ensemble's outputs, must draw all inputs from one origin (2.51: "step of model 'x' receives inputs
     originated from different decoupled models"). An origin is the nearest upstream decoupled step,
     or the ensemble's own request."""
-    if not m.is_ensemble or not m.config.HasField("ensemble_scheduling"):
+    if not m.is_ensemble or not m.parsed.HasField("ensemble_scheduling"):
         return
-    steps = m.config.ensemble_scheduling.step
-    origin: dict[str, str] = {i.name: "" for i in m.config.input}
+    steps = m.parsed.ensemble_scheduling.step
+    origin: dict[str, str] = {i.name: "" for i in m.parsed.input}
     pending = set(range(len(steps)))
     while pending:
         ready = [s for s in sorted(pending) if set(steps[s].input_map.values()) <= set(origin)]
@@ -201,13 +206,14 @@ def decoupled_origins(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
             if len(sources) > 1:
                 yield m.problem("ensemble.decoupled-origin", "error",
                                 f"step {s} ({step.model_name!r}) joins tensors from different decoupled origins",
-                                field=f"{_S}[{s}].input_map", expected="inputs that all come after the same decoupled step")
+                                field=f"{_S}[{s}].input_map",
+                                expected="inputs that all come after the same decoupled step")
             sub = ctx.models.get(step.model_name)
             decoupled = sub is not None and sub.config is not None and sub.config.model_transaction_policy.decoupled
             out_origin = f"{s}:{step.model_name}" if decoupled else next(iter(sources), "")
             for t in step.output_map.values():
                 origin[t] = out_origin
-    final = {origin[o.name] for o in m.config.output if o.name in origin}
+    final = {origin[o.name] for o in m.parsed.output if o.name in origin}
     if len(final) > 1:
         yield m.problem("ensemble.decoupled-origin", "error",
                         "the ensemble's outputs come from different decoupled origins", field="output",

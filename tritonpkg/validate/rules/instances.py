@@ -41,7 +41,8 @@ def instance_groups(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
             if bad:
                 yield m.problem("instance.no-gpu", "error",
                                 f"gpus {bad} do not exist on the local runtime ({ctx.gpu_count} GPU(s))",
-                                field=f"{path}.gpus", expected=f"ids below {ctx.gpu_count}" if ctx.gpu_count else "no gpus")
+                                field=f"{path}.gpus",
+                                expected=f"ids below {ctx.gpu_count}" if ctx.gpu_count else "no gpus")
 
 
 RULES = [instance_groups]

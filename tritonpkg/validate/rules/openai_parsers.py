@@ -52,9 +52,12 @@ def registered(package: str, subpackage: str, table: str) -> frozenset[str] | No
     except (OSError, SyntaxError, ValueError):
         return None
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
-        if any(isinstance(t, ast.Name) and t.id == table for t in targets) and isinstance(node.value, ast.Dict):
-            return frozenset(k.value for k in node.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str))
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or not isinstance(node.value, ast.Dict):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if any(isinstance(t, ast.Name) and t.id == table for t in targets):
+            keys = node.value.keys
+            return frozenset(k.value for k in keys if isinstance(k, ast.Constant) and isinstance(k.value, str))
     return None
 
 
@@ -112,7 +115,7 @@ def _template_shows_tools(m: LoadedModel, version: str) -> Iterator[Problem]:
     folder = m.versions.get(int(version)) if version.isdigit() else None
     if folder is None:
         return
-    entry = ModelEntry(name=m.name, version=version, kind="generate", backend=m.config.backend or "", created=0,
+    entry = ModelEntry(name=m.name, version=version, kind="generate", backend=m.parsed.backend or "", created=0,
                        engine_args=read_engine_args(folder), source=folder)
     path = entry.tokenizer_path()
     if path is None or not Path(path).is_dir():
@@ -126,15 +129,18 @@ def _template_shows_tools(m: LoadedModel, version: str) -> Iterator[Problem]:
             raise ValueError("the tokenizer has no chat template")
         text = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tools=[tool],
                                              add_generation_prompt=True, tokenize=False)
-    except Exception as exc:  # noqa: BLE001 - any template or tokenizer failure is the finding
-        yield _problem(m, "openai.chat_template", "error", f"versions.{version}.serving.openai_parsers.tool_call_parser",
+    except Exception as exc:  # any template or tokenizer failure is the finding
+        yield _problem(m, "openai.chat_template", "error",
+                       f"versions.{version}.serving.openai_parsers.tool_call_parser",
                        f"the chat template of {path} does not render with tools: {type(exc).__name__}: {exc}",
                        "a chat template that renders `tools`")
         return
     if PROBE_TOOL not in text:
-        yield _problem(m, "openai.chat_template", "error", f"versions.{version}.serving.openai_parsers.tool_call_parser",
+        yield _problem(m, "openai.chat_template", "error",
+                       f"versions.{version}.serving.openai_parsers.tool_call_parser",
                        f"the chat template of {path} leaves out the `tools` it is given: the model is never "
-                       "offered a tool to call", "a chat template that renders `tools` (e.g. the model's tool_use template)")
+                       "offered a tool to call",
+                       "a chat template that renders `tools` (e.g. the model's tool_use template)")
 
 
 def _problem(m: LoadedModel, rule: str, severity: str, field: str, message: str, expected: str | None) -> Problem:

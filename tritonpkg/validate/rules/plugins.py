@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Literal
 
 from packaging.utils import canonicalize_name
 
@@ -41,7 +42,7 @@ def _records(models: list[LoadedModel], ctx: Context):
 
 
 def interface_for(ctx: Context) -> str:
-    device = "gpu" if (not ctx.is_local or ctx.gpu_count > 0) else "cpu"
+    device: Literal["gpu", "cpu"] = "gpu" if (not ctx.is_local or ctx.gpu_count > 0) else "cpu"
     return compat.logits_processor_interface(ctx.release_vllm, device)
 
 
@@ -101,7 +102,7 @@ def _local(records, ctx: Context) -> Iterator[Problem]:
             specs.append(EntryPointSpec(rec.entry_point_group, name, value, interface, build))
             owners.append(rec.name)
     methods = "update_state/apply/is_argmax_invariant" if interface == "v1" else "add_request/apply(logits, ctx)"
-    for spec, owner, res in zip(specs, owners, check_entry_points(python, specs)):
+    for spec, owner, res in zip(specs, owners, check_entry_points(python, specs), strict=False):
         if res.load_error:
             yield _problem("plugins.load", "error", owner,
                            f"entry point {spec.name} = {spec.value} does not load: {res.load_error}",

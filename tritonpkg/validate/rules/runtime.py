@@ -16,8 +16,8 @@ from tritonpkg import compat
 from tritonpkg.validate.context import Context
 from tritonpkg.validate.imports import unresolved_installed, vllm_imports
 from tritonpkg.validate.loaded import LoadedModel, read_text
-from tritonpkg.validate.vllm_probe import probe
 from tritonpkg.validate.report import Problem
+from tritonpkg.validate.vllm_probe import probe
 
 _NUMPY_1 = [Version(v) for v in ("1.26.4", "1.25.2", "1.24.4", "1.23.5", "1.22.4", "1.21.6")]
 _NUMPY_2 = [Version(v) for v in ("2.0.2", "2.1.3", "2.2.6", "2.3.5", "3.0.0")]

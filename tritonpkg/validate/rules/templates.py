@@ -23,7 +23,9 @@ def template_code(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
     versions = model.get("versions") if isinstance(model, dict) else None
     for v in sorted(loaded_versions(m)):
         entry = versions.get(str(v)) if isinstance(versions, dict) else None
-        role = entry.get("role") if isinstance(entry, dict) else None
+        if not isinstance(entry, dict):
+            continue
+        role = entry.get("role")
         if not isinstance(role, str) or role not in templates.available() \
                 or entry.get("template_sha256") != templates.source_digest(role):
             continue

@@ -15,7 +15,7 @@ from tritonpkg.validate.report import Problem
 
 
 def _ios(m: LoadedModel):
-    for kind, items in (("input", m.config.input), ("output", m.config.output)):
+    for kind, items in (("input", m.parsed.input), ("output", m.parsed.output)):
         for i, io in enumerate(items):
             yield kind, i, io
 
@@ -58,7 +58,7 @@ def io_fields(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
 
 def _reshape(m: LoadedModel, path: str, label: str, io) -> Iterator[Problem]:
     shape = list(io.reshape.shape)
-    if not shape and m.config.max_batch_size == 0:
+    if not shape and m.parsed.max_batch_size == 0:
         yield m.problem("tensor.reshape", "error",
                         f"{label} has an empty reshape on a non-batching model (scalars are not supported)",
                         field=path, expected="max_batch_size > 0, or a non-empty shape")
@@ -70,9 +70,10 @@ def _reshape(m: LoadedModel, path: str, label: str, io) -> Iterator[Problem]:
         return
     a, b = _chunks(io.dims), _chunks(shape)
     if len(a) != len(b):
-        yield m.problem("tensor.reshape", "error",
-                        f"{label}: dims {list(io.dims)} and reshape {shape} have different numbers of variable (-1) dimensions",
-                        field=path, expected="the same number of -1 dims, with equal element counts between them")
+        yield m.problem(
+            "tensor.reshape", "error",
+            f"{label}: dims {list(io.dims)} and reshape {shape} have different numbers of variable (-1) dimensions",
+            field=path, expected="the same number of -1 dims, with equal element counts between them")
     elif a != b:
         yield m.problem("tensor.reshape", "error",
                         f"{label}: dims {list(io.dims)} and reshape {shape} hold different numbers of elements",
@@ -100,7 +101,8 @@ def shape_tensors(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
     for kind, i, io in _ios(m):
         if io.is_shape_tensor:
             yield m.problem("tensor.shape-tensor", "error", f"{io.name} is a shape tensor on backend {m.backend!r}",
-                            field=f"{kind}[{i}].is_shape_tensor", expected="is_shape_tensor only on platform tensorrt_plan")
+                            field=f"{kind}[{i}].is_shape_tensor",
+                            expected="is_shape_tensor only on platform tensorrt_plan")
 
 
 def warmup_inputs(m: LoadedModel, ctx: Context) -> Iterator[Problem]:

@@ -13,8 +13,10 @@ from tritonpkg.validate.report import Problem
 def loaded_versions(m: LoadedModel) -> set[int]:
     """The versions Triton will load under the model's version policy."""
     present = sorted(m.versions)
-    policy = m.config.version_policy if m.config is not None else None
-    which = policy.WhichOneof("policy_choice") if policy is not None else None
+    if m.config is None:
+        return set(present[-1:])  # Triton's default policy: the latest version
+    policy = m.config.version_policy
+    which = policy.WhichOneof("policy_choice")
     if which == "all":
         return set(present)
     if which == "specific":
