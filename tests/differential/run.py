@@ -19,6 +19,7 @@ working). A load that gets no answer within `load_timeout` counts as refused, an
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import re
@@ -87,7 +88,7 @@ def _severity(p: object) -> str:
     return str(getattr(sev, "value", sev)).lower()
 
 
-def validate_case(repo: Path) -> tuple[bool | None, list[str], list[str], str]:
+def validate_case(repo: Path, auto_complete: bool = True) -> tuple[bool | None, list[str], list[str], str]:
     """(ok, error texts, warning texts, crash traceback) of validate_repository on one case's repo.
 
     The target is the local runtime (validate's default), not the release name "24.10": the server
@@ -97,8 +98,8 @@ def validate_case(repo: Path) -> tuple[bool | None, list[str], list[str], str]:
     try:
         from tritonpkg.validate import validate_repository
 
-        report = validate_repository(repo, target_release=TARGET_RELEASE)
-    except Exception:  # noqa: BLE001 - a crash is recorded as a disagreement, not raised
+        report = validate_repository(repo, target_release=TARGET_RELEASE, auto_complete=auto_complete)
+    except Exception:  # a crash is recorded as a disagreement, not raised
         return None, [], [], traceback.format_exc(limit=6)
     errors = [_problem_text(p) for p in report.problems if _severity(p) == "error"]
     warnings = [_problem_text(p) for p in report.problems if _severity(p) == "warning"]
@@ -135,10 +136,8 @@ def _load(server, case: Case) -> tuple[bool, str, float]:
 def _unload(server, case: Case) -> None:
     """Unload every model of the case (an ensemble's steps too), without waiting for its stubs to exit."""
     for name in case.model_names:
-        try:
+        with contextlib.suppress(Exception):  # a model that never loaded has nothing to unload
             server.unload_model(name, wait=False)
-        except Exception:  # noqa: BLE001 - a model that never loaded has nothing to unload
-            pass
 
 
 def _load_all(server, cases: list[Case]) -> list[tuple[bool, str, float]]:
@@ -169,9 +168,11 @@ def _load_all(server, cases: list[Case]) -> list[tuple[bool, str, float]]:
     return [results[c.name] for c in cases]
 
 
-def run_corpus(cases: list[Case], workdir: Path, load_timeout: float = LOAD_TIMEOUT_S) -> list[Outcome]:
+def run_corpus(cases: list[Case], workdir: Path, load_timeout: float = LOAD_TIMEOUT_S,
+               auto_complete: bool = True) -> list[Outcome]:
     """Write the corpus under `workdir`, validate each case, load each in one real server; outcomes in
-    corpus order. The server log is kept at `workdir/server.log`."""
+    corpus order. The server log is kept at `workdir/server.log`. `auto_complete` False: the server runs
+    with --disable-auto-complete-config and validate is told so."""
     from tritonpkg.runtime import TritonServer
 
     workdir.mkdir(parents=True, exist_ok=True)
@@ -183,11 +184,14 @@ def run_corpus(cases: list[Case], workdir: Path, load_timeout: float = LOAD_TIME
     # validate runs on its own thread while the server loads: its first vLLM-backed check imports vLLM
     # (~15 s of CPU), and the load loop mostly waits on the server.
     validator = ThreadPoolExecutor(max_workers=1)
-    verdict_future = validator.submit(lambda: {c.name: validate_case(workdir / "cases" / c.name) for c in cases})
+    verdict_future = validator.submit(
+        lambda: {c.name: validate_case(workdir / "cases" / c.name, auto_complete) for c in cases})
 
     runtime = corpus_runtime(workdir)
     with TritonServer(server_repo, runtime=runtime, model_control="explicit", startup_timeout=120,
-                      log_path=workdir / "server.log", extra_args=[f"--model-load-thread-count={LOAD_THREADS}"]) as server:
+                      log_path=workdir / "server.log",
+                      extra_args=[f"--model-load-thread-count={LOAD_THREADS}",
+                                  *([] if auto_complete else ["--disable-auto-complete-config"])]) as server:
         # load_model() waits `startup_timeout` seconds for an answer; after start-up that is the load
         # timeout, which bounds the loads the server never answers (see the module docstring).
         server.startup_timeout = load_timeout
@@ -198,8 +202,9 @@ def run_corpus(cases: list[Case], workdir: Path, load_timeout: float = LOAD_TIME
     validator.shutdown()
     log = (workdir / "server.log").read_text(encoding="utf-8", errors="replace")
     outcomes = []
-    for case, (ok, message, seconds) in zip(cases, loads):
+    for case, (ok, load_message, seconds) in zip(cases, loads, strict=True):
         v_ok, errors, warnings, crash = verdicts[case.name]
+        message = load_message
         if not ok and "failed to poll from model repository" in message:
             message += poll_detail(log, case.load)
         outcomes.append(Outcome(case.name, case.base, case.description, case.expect, ok, message,
@@ -264,9 +269,9 @@ def markdown_report(outcomes: list[Outcome]) -> str:
     lines = [
         "# validate vs the real Triton 2.51 server: disagreements",
         "",
-        f"{len(outcomes)} cases, {sum(o.server_ok for o in outcomes)} loaded by the server, "
+        (f"{len(outcomes)} cases, {sum(o.server_ok for o in outcomes)} loaded by the server, "
         f"{sum(not o.server_ok for o in outcomes)} refused; agreement {agreement_rate(outcomes):.1%} "
-        f"({len(outcomes) - len(bad)}/{len(outcomes)}).",
+        f"({len(outcomes) - len(bad)}/{len(outcomes)})."),
         "",
     ]
     for o in bad:
@@ -318,7 +323,8 @@ def print_report(outcomes: list[Outcome], show_all: bool = False, seconds: float
         f"agreement [bold]{agreement_rate(outcomes):.1%}[/] ({len(outcomes) - len(disagree)}/{len(outcomes)})"
         + (f"; {seconds:.0f} s" if seconds is not None else ""))
     if disagree - set(known):
-        console.print(f"[red]new disagreements (not in KNOWN_DISAGREEMENTS.md):[/] {', '.join(sorted(disagree - set(known)))}")
+        console.print(f"[red]new disagreements (not in KNOWN_DISAGREEMENTS.md):[/] "
+                      f"{', '.join(sorted(disagree - set(known)))}")
     if set(known) - disagree:
         console.print(f"[yellow]listed in KNOWN_DISAGREEMENTS.md but now agreeing:[/] "
                       f"{', '.join(sorted(set(known) - disagree))}")

@@ -4,46 +4,20 @@ real HAProxy, under steady load through the proxy. Every process is stopped by p
 from __future__ import annotations
 
 import http.client
-import itertools
 import json
 import os
 import signal
 import threading
 import time
-from pathlib import Path
 
 import pytest
-import yaml
+
+from tests.support.deploy import make_executor
+from tests.support.specs import write_deploy_spec
 
 pytestmark = pytest.mark.integration
 
-_SPEC_IDS = itertools.count()
 RATE = 60.0  # requests/s the load generator aims at (two threads)
-HOOKS = """
-VERSION = {version}
-{prelude}
-
-def model(inputs):
-    x = inputs["{input}"]
-    {check}
-    return {{"Y": x + VERSION}}
-"""
-
-
-def write_spec(root: Path, name: str, version: int, *, input_name: str = "X", prelude: str = "",
-               check: str = "pass", steps=(25, 50, 100)) -> Path:
-    folder = root / f"{name}-v{version}-{next(_SPEC_IDS)}"
-    folder.mkdir(parents=True)
-    (folder / "hooks.py").write_text(HOOKS.format(version=version, prelude=prelude, input=input_name, check=check))
-    spec = {
-        "name": name, "version": version, "kind": "python",
-        "python": {"template": "custom", "parameters": {"module": "hooks.py"}, "files": ["hooks.py"],
-                   "inputs": [{"name": input_name, "data_type": "FP32", "dims": [2]}],
-                   "outputs": [{"name": "Y", "data_type": "FP32", "dims": [2]}]},
-        "deployment": {"traffic_steps": list(steps), "smoke_request": {input_name: [1.0, 2.0]}},
-    }
-    (folder / "tritonpkg.yaml").write_text(yaml.safe_dump(spec))
-    return folder
 
 
 class Load:
@@ -61,11 +35,12 @@ class Load:
         self.max_requests, self.max_seconds = max_requests, max_seconds
         self.results: list[tuple[int, str]] = []
         self.errors: list[str] = []
+        self._sent = 0  # requests begun: each thread takes one under the lock, so no more than max_requests
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
 
-    def __enter__(self) -> "Load":
+    def __enter__(self) -> Load:
         self.started = time.monotonic()
         for t in self._threads:
             t.start()
@@ -81,7 +56,11 @@ class Load:
         conn = http.client.HTTPConnection(self.host, timeout=30)
         next_at = time.monotonic()
         deadline = time.monotonic() + self.max_seconds
-        while not self._stop.is_set() and time.monotonic() < deadline and len(self.results) < self.max_requests:
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            with self._lock:
+                if self._sent >= self.max_requests:
+                    break
+                self._sent += 1
             try:
                 conn.request("POST", self.path, self.body, {"Content-Type": "application/json"})
                 resp = conn.getresponse()
@@ -136,40 +115,16 @@ REPORT: list[str] = []
 
 
 @pytest.fixture(scope="module")
-def runtime():
-    from tritonpkg.deploy.drivers.haproxy import ProxyError, find_haproxy
-    from tritonpkg.runtime import ensure_runtime
-
-    try:
-        find_haproxy()
-    except ProxyError as exc:
-        # scripts/setup.sh installs haproxy as root; CI must never pass by skipping the rollout tests
-        (pytest.fail if os.environ.get("CI") else pytest.skip)(str(exc))
-    return ensure_runtime()
-
-
-def make_executor(root: Path, runtime, on_step=None):
-    from tritonpkg.deploy.drivers.local import LocalDriver
-    from tritonpkg.deploy.executor import Executor
-    from tritonpkg.deploy.gate import Limits
-    from tritonpkg.deploy.state import StateStore
-
-    driver = LocalDriver(root / "work", runtime=runtime, startup_timeout=60)
-    store = StateStore(root / "state.db")
-    return Executor(store, driver, limits=Limits(max_error_rate=0.0, max_p99_ms=2000), dwell_s=1.0,
-                    on_step=on_step), driver, store
-
-
-@pytest.fixture(scope="module")
-def red_black(tmp_path_factory, runtime):
+def red_black(tmp_path_factory, deploy_runtime):
     """Model `adder` v1 deployed behind HAProxy; the tests below try v2 rollouts against it."""
     from tritonpkg.deploy.executor import release_from
 
     root = tmp_path_factory.mktemp("redblack")
     hooks: dict = {}
-    ex, driver, store = make_executor(root, runtime, on_step=lambda phase, step: hooks.get("on_step", lambda *a: None)(phase, step))
+    ex, driver, store = make_executor(root, deploy_runtime,
+                                      on_step=lambda phase, step: hooks.get("on_step", lambda *a: None)(phase, step))  # noqa: PLW0108 - looked up per step: tests set and pop the hook later
     try:
-        out = ex.deploy(release_from(write_spec(root, "adder", 1), root / "work"))
+        out = ex.deploy(release_from(write_deploy_spec(root, "adder", 1), root / "work"))
         assert out.ok, out.error
         yield root, ex, driver, store, hooks
     finally:
@@ -191,8 +146,8 @@ def _assert_rolled_back(ex, driver, store, load, out, scenario: str) -> None:
 def test_new_version_crashing_at_start_rolls_back(red_black):
     from tritonpkg.deploy.executor import release_from
 
-    root, ex, driver, store, hooks = red_black
-    spec = write_spec(root, "adder", 2, prelude='raise RuntimeError("broken at load")')
+    root, ex, driver, store, _hooks = red_black
+    spec = write_deploy_spec(root, "adder", 2, prelude='raise RuntimeError("broken at load")')
     with Load(driver.proxy["http_url"], "adder") as load:
         time.sleep(0.5)
         out = ex.deploy(release_from(spec, root / "work"))
@@ -204,8 +159,9 @@ def test_new_version_crashing_at_start_rolls_back(red_black):
 def test_new_version_failing_the_canary_rolls_back(red_black):
     from tritonpkg.deploy.executor import release_from
 
-    root, ex, driver, store, hooks = red_black
-    spec = write_spec(root, "adder", 2, check='if float(x.reshape(-1)[0]) == 1.0: raise ValueError("canary says no")')
+    root, ex, driver, store, _hooks = red_black
+    canary_fails = 'if float(x.reshape(-1)[0]) == 1.0: raise ValueError("canary says no")'
+    spec = write_deploy_spec(root, "adder", 2, check=canary_fails)
     with Load(driver.proxy["http_url"], "adder") as load:
         time.sleep(0.5)
         out = ex.deploy(release_from(spec, root / "work"))
@@ -227,7 +183,7 @@ def test_new_version_killed_mid_shift_rolls_back(red_black):
     try:
         with Load(driver.proxy["http_url"], "adder") as load:
             time.sleep(0.5)
-            out = ex.deploy(release_from(write_spec(root, "adder", 2), root / "work"))
+            out = ex.deploy(release_from(write_deploy_spec(root, "adder", 2), root / "work"))
             time.sleep(0.5)
     finally:
         hooks.pop("on_step")
@@ -251,27 +207,67 @@ def test_interrupted_deploy_is_rolled_back_by_the_next_command(red_black):
         time.sleep(0.5)
         try:
             with pytest.raises(KeyboardInterrupt):
-                ex.deploy(release_from(write_spec(root, "adder", 2), root / "work"))
+                ex.deploy(release_from(write_deploy_spec(root, "adder", 2), root / "work"))
         finally:
             hooks.pop("on_step")
         assert [p.new_unit for _, p in store.running_runs("adder")] == ["adder-green"]
         assert store.live("adder").unit("adder-green").weight == 25
-        recovered = ex.recover("adder")  # what the next deploy/status/rollback runs first
+        out = ex.rollback("adder")  # an interrupted run is what the next command undoes first
         time.sleep(0.5)
-    assert len(recovered) == 1 and store.running_runs() == []
+    assert out.ok and len(out.recovered) == 1 and store.running_runs() == []
+    assert out.recovered[0].new_unit == "adder-green" and out.recovered[0].steps[0].startswith("shift adder-blue 100%")
     assert store.runs("adder")[0]["status"] == "rolled_back"
     assert load.failed == [] and load.versions().get("2", 0) > 0
     REPORT.append(f"interrupted, recovered: {len(load.results)} requests, {len(load.failed)} failed")
     assert served_versions(driver.proxy["http_url"], "adder") == {"1": 20}
 
 
+def _files(folder) -> dict[str, tuple[str, int, int]]:
+    """path -> (sha256, inode, mtime): a file rewritten with the same bytes still counts as changed."""
+    import hashlib
+    from pathlib import Path
+
+    return {str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_ino,
+                                         p.stat().st_mtime_ns)
+            for p in sorted(Path(folder).rglob("*")) if p.is_file()}
+
+
+def _proxy_picture(driver) -> tuple[bytes, bytes, list[tuple[str, str, str, str]]]:
+    from pathlib import Path
+
+    from tritonpkg.deploy.drivers import haproxy
+
+    rows = [(s["pxname"], s["svname"], s.get("weight", ""), s.get("status", "").split(" ")[0])
+            for s in haproxy.Admin(driver.proxy["socket"]).stats() if s.get("svname") not in ("FRONTEND", "BACKEND")]
+    return Path(driver.proxy["config"]).read_bytes(), Path(driver.proxy["map"]).read_bytes(), rows
+
+
+def test_refused_deploy_changes_nothing(red_black):
+    """v1 again while v1 serves: refused before its repository is rebuilt or the proxy is touched."""
+    from tritonpkg.deploy.executor import release_from
+    from tritonpkg.deploy.plan import PlanError
+
+    root, ex, driver, store, _hooks = red_black
+    [live] = [r for r in store.units_table("adder") if r["status"] == "serving"]
+    repo, served = live["endpoints"]["repository"], live["endpoints"]["serving_repository"]
+
+    def picture() -> tuple:
+        return _files(repo), _files(served), _proxy_picture(driver), store.units_table("adder"), store.runs("adder")
+
+    before = picture()
+    with pytest.raises(PlanError, match="already serving"):
+        ex.deploy(release_from(write_deploy_spec(root, "adder", 1), root / "work"))
+    assert picture() == before
+    assert served_versions(driver.proxy["http_url"], "adder") == {"1": 20}
+
+
 def test_full_red_black_rollout_under_load(red_black):
     from tritonpkg.deploy.executor import release_from
 
-    root, ex, driver, store, hooks = red_black
+    root, ex, driver, store, _hooks = red_black
     with Load(driver.proxy["http_url"], "adder") as load:
         time.sleep(0.5)
-        out = ex.deploy(release_from(write_spec(root, "adder", 2), root / "work"))
+        out = ex.deploy(release_from(write_deploy_spec(root, "adder", 2), root / "work"))
         time.sleep(0.5)
     REPORT.append(f"red-black 1->2: {out.seconds:.1f} s, {len(load.results)} requests "
                   f"({len(load.results) / load.seconds:.0f}/s), {len(load.failed)} failed, served {load.versions()}")
@@ -292,17 +288,17 @@ def test_full_red_black_rollout_under_load(red_black):
     assert grpc_version(driver.proxy["grpc_url"], "adder", "X") == "2"  # gRPC goes through the proxy too
 
 
-def test_versioned_keeps_old_clients_and_gc_keeps_latest(tmp_path, runtime):
+def test_versioned_keeps_old_clients_and_gc_keeps_latest(tmp_path, deploy_runtime):
     from tritonpkg.deploy.executor import release_from
 
-    ex, driver, store = make_executor(tmp_path, runtime)
+    ex, driver, store = make_executor(tmp_path, deploy_runtime)
     work = tmp_path / "work"
     try:
-        assert ex.deploy(release_from(write_spec(tmp_path, "echo", 1), work)).ok
+        assert ex.deploy(release_from(write_deploy_spec(tmp_path, "echo", 1), work)).ok
         url = driver.proxy["http_url"]
         with Load(url, "echo", path_version=1) as old_clients:
             time.sleep(0.5)
-            out = ex.deploy(release_from(write_spec(tmp_path, "echo", 2, input_name="Z"), work))
+            out = ex.deploy(release_from(write_deploy_spec(tmp_path, "echo", 2, input_name="Z"), work))
             assert out.ok, out.error
             new = served_versions(url, "echo", path_version=2, input_name="Z")
             time.sleep(0.5)
@@ -312,13 +308,13 @@ def test_versioned_keeps_old_clients_and_gc_keeps_latest(tmp_path, runtime):
         assert old_clients.failed == [] and len(old_clients.results) >= 50
         assert old_clients.versions() == {"1": len(old_clients.results)}
         assert new == {"2": 20}
-        assert store.deployment("echo")["alias"] == "echo-v2"
+        assert (store.deployment("echo") or {}).get("alias") == "echo-v2"
         grpc = driver.proxy["grpc_url"]  # gRPC names its version with a header
         assert grpc_version(grpc, "echo", "Z", {"x-model-version": "2"}) == "2"
         assert grpc_version(grpc, "echo", "X", {"x-model-version": "1"}) == "1"
         assert grpc_version(grpc, "echo", "Z", {"x-model-version": "current"}) == "2"
 
-        assert ex.deploy(release_from(write_spec(tmp_path, "echo", 3, input_name="Z"), work, "versioned")).ok
+        assert ex.deploy(release_from(write_deploy_spec(tmp_path, "echo", 3, input_name="Z"), work, "versioned")).ok
         assert ex.gc("echo", grace_s=3600) == []  # all recently active
         retired = ex.gc("echo", grace_s=0.0)
         assert retired == ["echo-v2"]  # v3 is the latest, v1 still takes unversioned traffic

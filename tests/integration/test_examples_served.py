@@ -9,9 +9,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tokenizers import Tokenizer
 
+from tests.support.paths import EXAMPLES
 from tritonpkg import smoke
 from tritonpkg.spec import load_spec
-from tests.conftest import EXAMPLES
 
 pytestmark = pytest.mark.integration
 TOKENIZER = Tokenizer.from_file(str(EXAMPLES / "tiny-llm" / "tokenizer" / "tokenizer.json"))
@@ -95,7 +95,7 @@ def test_a_hook_error_is_a_clear_error_response_not_a_crash(python_server):
     assert client.infer("double", [tensor]).as_numpy("Y").tolist() == [[2.0, 2.0, 2.0]]
 
 
-@pytest.mark.parametrize("example, model", [("sentiment-custom", "sentiment"), ("reverse-ensemble", "reverser")])
+@pytest.mark.parametrize(("example", "model"), [("sentiment-custom", "sentiment"), ("reverse-ensemble", "reverser")])
 def test_smoke_request_from_the_spec(python_server, example, model):
     spec = load_spec(EXAMPLES / example)
     answer = smoke.send(python_server.http_url, model, spec.deployment.smoke_request)

@@ -8,14 +8,12 @@ scheduling left at vLLM's default.
 
 from __future__ import annotations
 
-import importlib.util
+import itertools
 import json
 import os
 import random
 
 import pytest
-
-from tests.conftest import EXAMPLES
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 pytest.importorskip("tritonpkg_logits._core", reason="logits_ext is not built (scripts/setup.sh builds it)")
@@ -24,19 +22,12 @@ vllm = pytest.importorskip("vllm")
 N_REQUESTS, MAX_TOKENS = 32, 24
 
 
-def _make_tiny(out):
-    spec = importlib.util.spec_from_file_location("make_tiny_llm", EXAMPLES / "tiny-llm" / "make_tiny_llm.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.make(out)
-
-
 @pytest.fixture(scope="module")
-def llm(tmp_path_factory):
+def llm(tiny_llm_weights):
     from importlib.metadata import entry_points
 
     assert any(ep.value.startswith("tritonpkg_logits.") for ep in entry_points(group="vllm.logits_processors"))
-    model = _make_tiny(tmp_path_factory.mktemp("tiny") / "model")
+    model = tiny_llm_weights
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     engine = vllm.LLM(
         model=str(model), enforce_eager=True, max_model_len=256, max_num_seqs=N_REQUESTS,
@@ -81,11 +72,12 @@ def test_every_output_satisfies_its_constraint(llm):
         cases.append(spec)
     # long prompts: several prefill chunks each at 64 batched tokens
     prompts = [("The quick brown fox jumps over the lazy dog. " * 8)[: 300 + i] for i in range(N_REQUESTS)]
-    params = [SamplingParams(max_tokens=MAX_TOKENS, temperature=1.0, extra_args={"constraint": json.dumps(s) if i % 2 else s})
+    params = [SamplingParams(max_tokens=MAX_TOKENS, temperature=1.0,
+                             extra_args={"constraint": json.dumps(s) if i % 2 else s})
               for i, s in enumerate(cases)]
     outs = llm.generate(prompts, params, use_tqdm=False)
     assert len(outs) == N_REQUESTS
-    for spec, out in zip(cases, outs):
+    for spec, out in zip(cases, outs, strict=False):
         ids = list(out.outputs[0].token_ids)
         body = ids[:-1] if ids and ids[-1] == eos else ids
         assert eos not in body, (spec["type"], ids)
@@ -103,22 +95,23 @@ def test_every_output_satisfies_its_constraint(llm):
         else:
             banned = {g[0] for g in spec["banned"]}
             assert not set(ids) & banned, ids
-            assert all(a != b for a, b in zip(ids, ids[1:])), ids
+            assert all(a != b for a, b in itertools.pairwise(ids)), ids
     # the conditions this test exists for really happened in that engine
     # (vLLM's CPU platform forces async scheduling off, so placeholders are covered by unit tests only)
     metrics = {m.name: m for m in llm.get_metrics()}
     assert metrics["vllm:num_preemptions"].value > 0
     # the constrained outputs differ from what the model does unconstrained
-    free = llm.generate(prompts[:5], [SamplingParams(max_tokens=MAX_TOKENS, temperature=1.0) for _ in range(5)], use_tqdm=False)
+    free = llm.generate(prompts[:5], [SamplingParams(max_tokens=MAX_TOKENS, temperature=1.0) for _ in range(5)],
+                        use_tqdm=False)
     assert any(not set(f.outputs[0].token_ids) <= set(cases[0]["tokens"]) | {eos} for f in free[:1])
 
 
 def test_malformed_constraint_is_rejected_at_admission(llm):
     from vllm import SamplingParams
-
     from vllm.exceptions import VLLMValidationError
 
     # VLLMValidationError is what vLLM's server answers with HTTP 400
     with pytest.raises((ValueError, VLLMValidationError), match="unknown field"):
-        llm.generate(["hi"], SamplingParams(max_tokens=2, extra_args={"constraint": {"type": "ban", "tokens": [1], "bogus": 0}}),
+        llm.generate(["hi"], SamplingParams(max_tokens=2,
+                                            extra_args={"constraint": {"type": "ban", "tokens": [1], "bogus": 0}}),
                      use_tqdm=False)

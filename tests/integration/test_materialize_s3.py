@@ -4,6 +4,7 @@ changes mid-copy, clear errors, and `package --materialize-to`."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -17,9 +18,8 @@ import pytest
 import yaml
 from boto3.s3.transfer import TransferConfig
 
-from tests.integration.s3_fixtures import s3_env, s3_server  # noqa: F401 - fixtures
-from tritonpkg.runtime.supervisor import own_group
-from tritonpkg.storage import ChecksumError, SourceChangedError, StorageError, materialize
+from tritonpkg.proc.group import own_group
+from tritonpkg.storage import ChecksumError, StorageError, materialize
 
 MiB = 1 << 20
 BUCKET = "models"
@@ -29,7 +29,7 @@ def _blob(seed: int, size: int) -> bytes:
     """Deterministic incompressible bytes, fast to make."""
     block = hashlib.sha256(str(seed).encode()).digest() * 32  # 1 KiB
     rnd = os.urandom(size)
-    return bytes(a ^ b for a, b in zip(rnd[:1024], block)) + rnd[1024:]
+    return bytes(a ^ b for a, b in zip(rnd[:1024], block, strict=False)) + rnd[1024:]
 
 
 @pytest.fixture(scope="module")
@@ -217,7 +217,8 @@ def test_package_materialize_to_points_model_json_at_local_copy(s3_env, objects,
         "name": "tiny", "version": 1, "kind": "vllm", "weights": f"s3://{BUCKET}/llm",
         "engine_args": {"enforce_eager": True}}))
     root, repo = tmp_path / "fsx", tmp_path / "repo"
-    result = CliRunner().invoke(app, ["package", str(spec_dir), "-o", str(repo), "--materialize-to", str(root), "--json"])
+    result = CliRunner().invoke(app, ["package", str(spec_dir), "-o", str(repo), "--materialize-to", str(root),
+                                      "--json"])
     assert result.exit_code == 0, result.output
     model_json = json.loads((repo / "tiny" / "1" / "model.json").read_text())
     local = Path(model_json["model"])
@@ -293,10 +294,8 @@ class _CuttingProxy:
 
 
 def _quiet(fn) -> None:
-    try:
+    with contextlib.suppress(OSError):
         fn()
-    except OSError:
-        pass
 
 
 def test_a_connection_lost_mid_body_resumes_from_the_missing_byte(s3_env, objects, tmp_path, monkeypatch):

@@ -12,15 +12,16 @@ import json
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import jsonschema
 import numpy as np
 import pytest
+import schemathesis
 from hypothesis import HealthCheck, settings
 
-import schemathesis
-from tests.conftest import EXAMPLES
-from tests.integration.conftest import package_tiny_llm_and_minilm
+from tests.support.paths import EXAMPLES
+from tests.support.repositories import package_tiny_llm_and_minilm
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -165,16 +166,62 @@ def test_streamed_completion_joins_to_the_same_text(client):
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 8
 
 
-CJK_BYTES = [163, 119, 258]  # '中' is these three byte-level tokens of the tiny model: each alone is a partial UTF-8 sequence
+def _streamed_choices(chunks, part) -> tuple[dict[int, str], dict[int, str]]:
+    """Streamed chunks -> (text per choice index, finish_reason per choice index), as a client joins them."""
+    texts: dict[int, str] = {}
+    reasons: dict[int, str] = {}
+    for chunk in chunks:
+        for choice in chunk.choices:
+            texts[choice.index] = texts.get(choice.index, "") + (part(choice) or "")
+            if choice.finish_reason is not None:
+                assert choice.index not in reasons, "a choice finished twice"
+                reasons[choice.index] = choice.finish_reason
+    return texts, reasons
+
+
+SEEDED = {"temperature": 1.0, "seed": 11, "extra_body": {"ignore_eos": True}}
+
+
+def test_streamed_chat_with_n_2_streams_each_choice_as_the_unstreamed_request_samples_it(client):
+    """n > 1 streams deltas per choice index, each choice with its role chunk and its own finish_reason, and
+    usage counting the prompt once; seeded, the choices are the unstreamed request's (vLLM's child requests:
+    the seed plus the choice's index)."""
+    request = dict(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=8, n=2, **SEEDED)
+    whole = client.chat.completions.create(**request)
+    chunks = list(client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **request))
+    texts, reasons = _streamed_choices(chunks, lambda c: c.delta.content)
+    assert texts == {c.index: c.message.content for c in whole.choices} and texts[0] != texts[1]
+    assert reasons == {0: "length", 1: "length"}
+    roles = [c.choices[0].index for c in chunks if c.choices and c.choices[0].delta.role == "assistant"]
+    assert sorted(roles) == [0, 1]
+    assert chunks[-1].choices == [] and chunks[-1].usage.model_dump() == whole.usage.model_dump()
+
+
+def test_streamed_completions_of_two_prompts_with_n_2_number_choices_as_the_body_does(client):
+    request = dict(model=MODEL, prompt=["The quick", "hello world"], max_tokens=6, n=2, **SEEDED)
+    whole = client.completions.create(**request)
+    chunks = list(client.completions.create(stream=True, stream_options={"include_usage": True}, **request))
+    texts, reasons = _streamed_choices(chunks, lambda c: c.text)
+    assert texts == {c.index: c.text for c in whole.choices} and len(texts) == 4
+    assert reasons == dict.fromkeys(range(4), "length")
+    assert chunks[-1].usage.model_dump() == whole.usage.model_dump()
+    echoed = list(client.completions.create(stream=True, echo=True, **request))
+    assert _streamed_choices(echoed, lambda c: c.text)[0] == {
+        c.index: ["The quick", "hello world"][c.index // 2] + c.text for c in whole.choices}
+
+
+# '中' is these three byte-level tokens of the tiny model: each alone is a partial UTF-8 sequence
+CJK_BYTES = [163, 119, 258]
 
 
 def test_streamed_completion_logprobs_match_the_non_streamed_body(client):
     """text_offset counts each token's own text (vLLM's logprob tokens), streamed or not, as the non-streamed
     body does; it advanced by each chunk's text, which differs where a token is part of a UTF-8 sequence
     (issue 25: [0,2,2,4,6] streamed vs [0,2,2,5,7])."""
-    # sampled among the three bytes only (seeded: both requests generate the same), so whole characters form now and then
-    request = dict(model=MODEL, prompt="The quick", max_tokens=60, logprobs=0, temperature=1.0, seed=1234,
-                   extra_body={**GREEDY["extra_body"], "allowed_token_ids": CJK_BYTES})
+    # sampled among the three bytes only (seeded: both requests generate the same), so whole characters
+    # form now and then
+    request = {"model": MODEL, "prompt": "The quick", "max_tokens": 60, "logprobs": 0, "temperature": 1.0,
+               "seed": 1234, "extra_body": {**GREEDY["extra_body"], "allowed_token_ids": CJK_BYTES}}
     whole = client.completions.create(**request).choices[0].logprobs
     offsets, tokens, top, uneven = [], [], [], []
     for chunk in client.completions.create(stream=True, **request):
@@ -193,12 +240,12 @@ def test_completion_top_logprobs_hold_the_sampled_token(client):
     logprobs=0 is the sampled token alone, not {}."""
     sampled = client.completions.create(model=MODEL, prompt="The quick", max_tokens=16, logprobs=1, temperature=1.0,
                                         seed=7).choices[0].logprobs
-    for token, logprob, top in zip(sampled.tokens, sampled.token_logprobs, sampled.top_logprobs):
+    for token, logprob, top in zip(sampled.tokens, sampled.token_logprobs, sampled.top_logprobs, strict=False):
         assert top[token] == logprob and 1 <= len(top) <= 2
     assert any(len(top) == 2 for top in sampled.top_logprobs)  # the sampled token was outside the top 1
     greedy = client.completions.create(model=MODEL, prompt="The quick", max_tokens=4, logprobs=0, **GREEDY)
     lp = greedy.choices[0].logprobs
-    assert lp.top_logprobs == [{t: v} for t, v in zip(lp.tokens, lp.token_logprobs)]
+    assert lp.top_logprobs == [{t: v} for t, v in zip(lp.tokens, lp.token_logprobs, strict=False)]
 
 
 def test_a_backend_error_names_its_field_and_not_the_weights_path(client, repo):
@@ -269,6 +316,30 @@ def test_a_client_that_leaves_a_stream_aborts_its_generation(frontend, triton, m
     assert 0 < generated < max_tokens / 2, (generated, cancelled[-3:])
 
 
+def test_a_client_that_leaves_a_stream_of_two_choices_aborts_both(frontend, triton, metrics_dir):
+    """n=2 streams as two backend requests; closing the connection cancels both calls."""
+    import httpx
+
+    max_tokens = 4000
+    before = vllm_sample(metrics_dir, "vllm:generation_tokens_total")
+    body = {"model": MODEL, "prompt": "hi", "max_tokens": max_tokens, "temperature": 1.0, "ignore_eos": True,
+            "stream": True, "n": 2}
+    with httpx.stream("POST", f"{frontend.url}/v1/completions", json=body, timeout=60) as response:
+        assert response.status_code == 200
+        indices = set()
+        for line in response.iter_lines():
+            if line.startswith("data:"):
+                indices.add(json.loads(line[5:])["choices"][0]["index"])
+            if indices == {0, 1}:
+                break
+    deadline = time.monotonic() + 20
+    while vllm_sample(metrics_dir, "vllm:num_requests_running") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert vllm_sample(metrics_dir, "vllm:num_requests_running") == 0
+    generated = vllm_sample(metrics_dir, "vllm:generation_tokens_total") - before
+    assert 0 < generated < max_tokens, generated
+
+
 def test_a_client_that_leaves_a_non_streamed_request_aborts_its_generation(frontend, triton, metrics_dir):
     """Non-streamed requests ride pooled gRPC calls; a client that leaves before the answer cancels its
     call (it is the call's only request), so the backend aborts the vLLM request."""
@@ -310,6 +381,83 @@ def test_json_schema_responses_validate(client):
         jsonschema.validate(json.loads(choice.message.content), SCHEMA)
 
 
+STRINGS = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 12}, "ok": {"type": "boolean"},
+                   "tags": {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 2}},
+    "required": ["name", "ok", "tags"],
+    "additionalProperties": False,
+}
+
+
+def test_fifty_json_schema_outputs_at_temperature_1_are_strict_json(client):
+    """RFC 8259 forbids unescaped U+0000-U+001F inside strings: every constrained output passes the strict
+    json.loads and the schema (issue 25: 3 of 10 held raw control characters)."""
+    fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": STRINGS}}
+    outputs = []
+    for seed in range(5):
+        response = client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "give me json"}], max_tokens=160, temperature=1.0,
+            n=10, seed=seed, response_format=fmt)
+        outputs += [(c.finish_reason, c.message.content) for c in response.choices]
+    not_json, off_schema = [], []
+    for reason, content in outputs:
+        try:
+            value = json.loads(content, strict=True)
+        except ValueError as exc:
+            not_json.append((reason, content, str(exc)[:80]))
+            continue
+        try:
+            jsonschema.validate(value, STRINGS)
+        except jsonschema.ValidationError as exc:
+            off_schema.append((content, exc.message[:80]))
+    assert len(outputs) == 50 and not not_json, (len(not_json), not_json[:3])
+    if off_schema:  # what is left: byte tokens that form no UTF-8 character decode to one U+FFFD each
+        assert all("\ufffd" in content for content, _ in off_schema), off_schema
+        pytest.xfail(f"{len(off_schema)} of 50 outputs exceed a maxLength by U+FFFD characters: bytes xgrammar "
+                     "accepted inside a string that form no UTF-8 character (the tiny model's byte tokens)")
+
+
+def strict_json_failures(contents: list[str | None], schema: dict) -> list[tuple[str | None, str]]:
+    """The contents the strict json.loads refuses, and those off the schema other than by U+FFFD characters
+    (byte tokens that form no UTF-8 character: see the fifty-outputs test)."""
+    out = []
+    for content in contents:
+        try:
+            value = json.loads(content or "", strict=True)
+        except ValueError as exc:
+            out.append((content, str(exc)[:80]))
+            continue
+        try:
+            jsonschema.validate(value, schema)
+        except jsonschema.ValidationError as exc:
+            if "\ufffd" not in (content or ""):
+                out.append((content, exc.message[:80]))
+    return out
+
+
+def test_constrained_tool_arguments_at_temperature_1_are_strict_json(client):
+    """A named tool, `required` with one tool, and structured_outputs.json: each schema's bounded strings
+    are sent without control characters, so every argument string passes the strict json.loads."""
+    tools = [{"type": "function", "function": {"name": "tag", "parameters": STRINGS}},
+             {"type": "function", "function": {"name": "other"}}]
+    ask = [{"role": "user", "content": "call it"}]
+    contents = []
+    for seed, kwargs in enumerate(({"tools": tools, "tool_choice": {"type": "function", "function": {"name": "tag"}}},
+                                   {"tools": tools[:1], "tool_choice": "required"})):
+        response = client.chat.completions.create(model=MODEL, messages=ask, max_tokens=160, temperature=1.0, n=10,
+                                                  seed=seed, **kwargs)
+        for choice in response.choices:
+            (call,) = choice.message.tool_calls
+            assert call.function.name == "tag"
+            contents.append(call.function.arguments)
+    response = client.chat.completions.create(model=MODEL, messages=ask, max_tokens=160, temperature=1.0, n=10,
+                                              seed=2, extra_body={"structured_outputs": {"json": STRINGS}})
+    contents += [choice.message.content for choice in response.choices]
+    failures = strict_json_failures(contents, STRINGS)
+    assert len(contents) == 30 and not failures, (len(failures), failures[:3])
+
+
 def test_json_object_responses_parse(client):
     response = client.chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "json please"}], max_tokens=200, temperature=0.7,
@@ -332,11 +480,10 @@ def test_forced_tool_call_arguments_follow_the_schema(client):
     jsonschema.validate(json.loads(call.function.arguments), SCHEMA)
 
 
-@pytest.mark.parametrize("kwargs, param", [
+@pytest.mark.parametrize(("kwargs", "param"), [
     ({"suffix": "x"}, "suffix"),
     ({"extra_body": {"temprature": 0.5}}, "temprature"),
     ({"best_of": 3}, "best_of"),
-    ({"n": 2, "stream": True}, "n"),
 ])
 def test_a_field_the_backend_cannot_honour_is_a_400_naming_it(client, kwargs, param):
     import openai
@@ -387,7 +534,7 @@ def test_embeddings_equal_sentence_transformers(client):
     reference = SentenceTransformer(str(weights_dir()), device="cpu").encode(texts)
     response = client.embeddings.create(model=EMBEDDER, input=texts)
     assert [d.index for d in response.data] == [0, 1, 2]
-    for item, ref in zip(response.data, reference):
+    for item, ref in zip(response.data, reference, strict=False):
         got = np.asarray(item.embedding, dtype=np.float32)
         assert got.shape == ref.shape
         assert float(got @ ref / (np.linalg.norm(got) * np.linalg.norm(ref))) >= 0.999
@@ -395,6 +542,110 @@ def test_embeddings_equal_sentence_transformers(client):
     packed = client.embeddings.with_raw_response.create(model=EMBEDDER, input=texts[:1], encoding_format="base64")
     vector = np.frombuffer(base64.b64decode(json.loads(packed.text)["data"][0]["embedding"]), dtype="<f4")
     np.testing.assert_allclose(vector, response.data[0].embedding, rtol=1e-6)
+
+
+def test_token_id_prompts_are_the_texts_they_encode(client, chat_tokenizer):
+    """/v1/completions takes token ids (one list, or a list of lists) as vLLM's server does; usage counts them."""
+    texts = ["The quick brown", "hello world"]
+    ids = [chat_tokenizer.encode(t) for t in texts]  # with the BOS the backend adds to text prompts
+    by_text = client.completions.create(model=MODEL, prompt=texts, max_tokens=5, **GREEDY)
+    by_ids = client.completions.create(model=MODEL, prompt=ids, max_tokens=5, **GREEDY)
+    assert [c.text for c in by_ids.choices] == [c.text for c in by_text.choices]
+    assert by_ids.usage.prompt_tokens == sum(map(len, ids)) == by_text.usage.prompt_tokens
+    one = client.completions.create(model=MODEL, prompt=ids[0], max_tokens=5, echo=True, **GREEDY)
+    assert one.choices[0].text == chat_tokenizer.decode(ids[0]) + by_text.choices[0].text
+    streamed = client.completions.create(model=MODEL, prompt=ids[1], max_tokens=5, stream=True, **GREEDY)
+    assert "".join(c.choices[0].text for c in streamed if c.choices) == by_text.choices[1].text
+
+
+def test_token_id_embedding_inputs_equal_their_texts(client):
+    from transformers import AutoTokenizer
+
+    sys.path.insert(0, str(MINILM))
+    try:
+        from locate_weights import weights_dir
+    finally:
+        sys.path.remove(str(MINILM))
+    texts = ["A man is eating food.", "Triton serves models."]
+    ids = [AutoTokenizer.from_pretrained(str(weights_dir())).encode(t) for t in texts]
+    by_text = client.embeddings.create(model=EMBEDDER, input=texts)
+    by_ids = client.embeddings.create(model=EMBEDDER, input=ids)
+    for a, b in zip(by_text.data, by_ids.data, strict=False):
+        np.testing.assert_allclose(a.embedding, b.embedding, rtol=1e-5, atol=1e-6)
+    assert by_ids.usage.prompt_tokens == sum(map(len, ids)) == by_text.usage.prompt_tokens
+    single = client.embeddings.create(model=EMBEDDER, input=ids[0])
+    np.testing.assert_allclose(single.data[0].embedding, by_text.data[0].embedding, rtol=1e-5, atol=1e-6)
+
+
+def _post(url: str, body: dict) -> tuple[int, dict]:
+    import httpx
+
+    response = httpx.post(url, json=body, timeout=120)
+    return response.status_code, response.json()
+
+
+HOSTILE_IDS = [
+    ([-1, 5], "negative"),
+    ([[5, 6], [-3]], "negative, second prompt"),
+    ([10**9], "out of vocabulary"),
+    ([2**31], "beyond 32 bits"),
+    ([2**63 - 1], "the 64-bit maximum"),
+    ([5, [6]], "a list inside the ids"),
+    ([[5, [6]]], "a list inside a prompt's ids"),
+    ([5, "a"], "a string among the ids"),
+    ([[5], "a"], "a string beside a prompt of ids"),
+    ([5, 1.5], "a fraction"),
+    ([5, 6.0], "a float"),
+    ([5, "6"], "a number as a string"),
+    ([5, True], "a boolean"),
+    ([5, None], "a null"),
+    ([[]], "an empty prompt of ids"),
+    ([[5], []], "an empty second prompt"),
+    ({"ids": [5]}, "an object"),
+]
+
+
+@pytest.mark.parametrize(("ids", "why"), HOSTILE_IDS, ids=[why for _, why in HOSTILE_IDS])
+def test_hostile_token_id_prompts_are_a_400_naming_prompt(frontend, chat_tokenizer, ids, why):
+    """Token ids from the client are checked before the engine sees them; every mistake is a 400 naming
+    the field, and the server keeps serving."""
+    status, body = _post(f"{frontend.url}/v1/completions", {"model": MODEL, "prompt": ids, "max_tokens": 2})
+    assert status == 400, (why, status, body)
+    assert body["error"]["type"] == "invalid_request_error" and body["error"]["param"].startswith("prompt"), body
+    status, body = _post(f"{frontend.url}/v1/embeddings", {"model": EMBEDDER, "input": ids})
+    assert status == 400, (why, status, body)
+    assert body["error"]["type"] == "invalid_request_error" and body["error"]["param"].startswith("input"), body
+
+
+def test_a_token_id_just_past_the_vocabulary_is_a_400_and_the_last_one_is_served(frontend, repo):
+    """The bound is the model's vocabulary (vLLM's own check: the larger of the tokenizer's and the
+    model's), checked for text generation and embeddings alike."""
+    for route, model, field in (("completions", MODEL, "prompt"), ("embeddings", EMBEDDER, "input")):
+        config = json.loads((repo / model / "1" / "model.json").read_text())
+        vocab = json.loads((Path(config["model"]) / "config.json").read_text())["vocab_size"]
+        extra = {"max_tokens": 2} if route == "completions" else {}
+        status, body = _post(f"{frontend.url}/v1/{route}", {"model": model, field: [5, vocab], **extra})
+        assert status == 400 and body["error"]["param"].startswith(field), (route, status, body)
+        assert str(vocab) in body["error"]["message"], body
+        status, body = _post(f"{frontend.url}/v1/{route}", {"model": model, field: [5, vocab - 1], **extra})
+        assert status == 200, (route, status, body)
+
+
+def test_token_id_prompts_longer_than_the_context_are_a_400_naming_prompt(frontend):
+    """Over max_model_len (4096 here), with and without max_tokens; over the body limit a 413."""
+    for field, model, extra in (("prompt", MODEL, {"max_tokens": 2}), ("prompt", MODEL, {}),
+                                ("input", EMBEDDER, {})):
+        route = "completions" if field == "prompt" else "embeddings"
+        status, body = _post(f"{frontend.url}/v1/{route}", {"model": model, field: [5] * 5000, **extra})
+        assert status == 400 and body["error"]["param"].startswith(field), (route, extra, status, body)
+    import httpx
+
+    huge = b'{"model": "tiny_llm", "prompt": [' + b"5," * (9 * 1024 * 1024) + b'5]}'
+    response = httpx.post(f"{frontend.url}/v1/completions", content=huge,
+                          headers={"Content-Type": "application/json"}, timeout=120)
+    assert response.status_code == 413 and response.json()["error"]["type"] == "invalid_request_error"
+    status, body = _post(f"{frontend.url}/v1/completions", {"model": MODEL, "prompt": [5, 6], "max_tokens": 2})
+    assert status == 200 and body["usage"]["prompt_tokens"] == 2, body
 
 
 def test_ready_only_with_every_model_ready_and_kserve_still_served(frontend, triton):
@@ -500,7 +751,7 @@ def test_no_request_from_the_openapi_document_gets_a_5xx(keyed):
         def check(case):
             aim_at_served_models(case)
             response = case.call_and_validate(headers=AUTH, checks=[not_a_server_error], timeout=120)
-            seen.setdefault(op.path, set()).add(response.status_code // 100)
+            seen.setdefault(op.path, set()).add(response.status_code // 100)  # noqa: B023  check() runs in this iteration
 
         check()
     # the run reached both the answers and the refusals of every POST route
@@ -542,3 +793,4 @@ def _non_empty(prompt):
     if isinstance(prompt, list):
         return [p or "hello" for p in prompt] or "hello"
     return prompt or "hello"
+

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from tests.conftest import EXAMPLES
+from tests.support.paths import EXAMPLES
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +45,7 @@ def client(frontend):
 def _stream(client, **kwargs):
     """A streamed chat reassembled as a client does: content, reasoning, tool calls by index."""
     content, reasoning, calls, reasons, ids = "", "", {}, [], set()
-    for chunk in client.chat.completions.create(model=MODEL, stream=True, **kwargs):
+    for chunk in client.chat.completions.create(**{"model": MODEL, "stream": True, **kwargs}):
         for choice in chunk.choices:
             delta = choice.delta
             content += delta.content or ""
@@ -113,6 +113,42 @@ def test_streamed_tool_call_deltas(client):
     assert reasons == ["tool_calls"] and len(ids) == 1
     assert list(calls) == [0] and calls[0]["name"] == "get_weather" and json.loads(calls[0]["arguments"]) == ARGS
     assert reasoning == REASONING and not content.strip()
+
+
+STREAMING = "mock_tool_llm_stream"  # the same answers, one token per response (tests/support/mock_stream.py)
+
+
+def test_streamed_tool_call_deltas_arrive_incrementally_as_openai_sends_them(client):
+    """Text that arrives a token at a time: the first tool-call delta carries the index, id, type and
+    name, the later ones argument fragments only; joined, the fragments are the non-streamed arguments."""
+    whole = client.chat.completions.create(model=STREAMING, messages=ASK, tools=[WEATHER, TIME])
+    (expected,) = whole.choices[0].message.tool_calls
+    assert json.loads(expected.function.arguments) == ARGS and whole.choices[0].finish_reason == "tool_calls"
+    calls, reasoning, reasons, content = [], [], [], ""
+    for chunk in client.chat.completions.create(model=STREAMING, messages=ASK, tools=[WEATHER, TIME], stream=True):
+        for choice in chunk.choices:
+            content += choice.delta.content or ""
+            reasoning += [r] if (r := (choice.delta.model_extra or {}).get("reasoning_content")) else []
+            calls += choice.delta.tool_calls or []
+            reasons += [choice.finish_reason] if choice.finish_reason else []
+    assert calls, (content, reasoning, reasons)
+    first, *rest = calls
+    assert (first.index, first.type, first.function.name) == (0, "function", "get_weather") and first.id
+    assert rest and all(c.index == 0 and c.id is None and c.function.name is None for c in rest)
+    fragments = [c.function.arguments or "" for c in calls]
+    assert len([f for f in fragments if f]) > 3, fragments  # the arguments stream, not one delta
+    assert "".join(fragments) == expected.function.arguments
+    assert len(reasoning) > 3 and "".join(reasoning) == REASONING
+    assert reasons == ["tool_calls"] and not content.strip()
+
+
+def test_a_streamed_answer_after_the_tool_matches_the_whole_one(client):
+    messages = [*ASK, {"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function", "function": {
+        "name": "get_weather", "arguments": json.dumps(ARGS)}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21"}]
+    content, reasoning, calls, reasons, _ = _stream(client, messages=messages, tools=[WEATHER], model=STREAMING)
+    assert (content.strip(), reasoning, calls, reasons) == ("It is sunny in Paris, 21 °C.", "The tool answered.", {},
+                                                           ["stop"])
 
 
 def test_streamed_reasoning_and_content_without_tools(client):
@@ -192,5 +228,6 @@ def test_reasoning_effort_is_refused_when_the_chat_template_ignores_it(client):
     import openai
 
     with pytest.raises(openai.BadRequestError) as info:
-        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], reasoning_effort="low")
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
+                                       reasoning_effort="low")
     assert info.value.body["param"] == "reasoning_effort"

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import EXAMPLES, ROOT
+from tests.support.paths import EXAMPLES, ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 pytest.importorskip("tritonpkg_logits._core", reason="logits_ext is not built (scripts/setup.sh builds it)")
@@ -32,7 +32,7 @@ CHOICES = ["yes please", "no thanks", "maybe"]
 
 
 @pytest.fixture(scope="module")
-def package(tmp_path_factory):
+def package(tmp_path_factory, tiny_llm_weights):
     from tritonpkg.repository import package_spec
     from tritonpkg.spec import load_spec
 
@@ -41,10 +41,8 @@ def package(tmp_path_factory):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                     str(ROOT / "logits_ext"), "-w", str(spec_dir)], check=True, timeout=600)
     (wheel,) = spec_dir.glob("tritonpkg_logits_ext-*.whl")
-    subprocess.run([sys.executable, str(TINY / "make_tiny_llm.py"), "--out", str(root / "weights")],
-                   check=True, timeout=300)
     data = yaml.safe_load((TINY / "tritonpkg.yaml").read_text())
-    data["weights"] = str(root / "weights")
+    data["weights"] = str(tiny_llm_weights)
     data["plugins"] = [{"name": "tritonpkg-logits-ext", "wheel": wheel.name}]
     (spec_dir / "tritonpkg.yaml").write_text(yaml.safe_dump(data))
     package_spec(load_spec(spec_dir), root / "built", archive=root / "model.tar.gz")

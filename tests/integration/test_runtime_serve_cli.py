@@ -7,73 +7,18 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
-from tritonpkg.runtime import ensure_runtime, free_ports
-from tritonpkg.runtime.supervisor import own_group
-from tests.integration.test_runtime_server import group_pids
+from tests.support.cli import read_json_document, tritonpkg
+from tests.support.procs import group_pids
+from tests.support.triton_repos import BROKEN, ECHO, make_repo
+from tritonpkg.proc.group import own_group
+from tritonpkg.proc.ports import free_ports
 
 pytestmark = pytest.mark.integration
-
-CONFIG = """
-name: "{name}"
-backend: "python"
-max_batch_size: 0
-input [ {{ name: "X" data_type: TYPE_FP32 dims: [ -1 ] }} ]
-output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ -1 ] }} ]
-"""
-ECHO = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy())])
-                for r in requests]
-"""
-BROKEN = """
-class TritonPythonModel:
-    def initialize(self, args):
-        raise ValueError("model.py refuses to start: missing weights")
-"""
-
-
-def make_repo(root: Path, models: dict[str, str]) -> Path:
-    for name, code in models.items():
-        (root / name / "1").mkdir(parents=True)
-        (root / name / "config.pbtxt").write_text(CONFIG.format(name=name))
-        (root / name / "1" / "model.py").write_text(textwrap.dedent(code))
-    return root
-
-
-@pytest.fixture(scope="module")
-def cli_env(tmp_path_factory) -> dict[str, str]:
-    cache = tmp_path_factory.mktemp("cli-cache")
-    env = {**os.environ, "TRITONPKG_CACHE": str(cache), "NO_COLOR": "1", "COLUMNS": "200"}
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TRITONPKG_CACHE", str(cache))
-        ensure_runtime()
-    return env
-
-
-def tritonpkg(*args: str) -> list[str]:
-    return [sys.executable, "-m", "tritonpkg", *args]
-
-
-def read_json_document(stream) -> dict:
-    """print_json writes one indented document; read lines until it parses."""
-    text = ""
-    for line in stream:
-        text += line
-        if line.rstrip() == "}":
-            return json.loads(text)
-    raise AssertionError(f"no JSON document in output: {text!r}")
-
 
 def test_serve_answers_ready_and_exits_zero_on_sigterm(cli_env, tmp_path) -> None:
     repo = make_repo(tmp_path / "repo", {"echo": ECHO})
@@ -102,7 +47,7 @@ def test_serve_answers_ready_and_exits_zero_on_sigterm(cli_env, tmp_path) -> Non
             proc.wait()
     assert group_pids(server_pgid) == []
     assert group_pids(proc.pid) == []  # nothing left in the CLI's own group either
-    with pytest.raises(OSError):
+    with pytest.raises(OSError):  # noqa: PT011  refused, reset or timed out: each means nothing answers there
         urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready", timeout=2)
 
 
@@ -110,9 +55,9 @@ def test_serve_with_a_broken_model_exits_nonzero_and_shows_the_log_tail(cli_env,
     repo = make_repo(tmp_path / "repo", {"echo": ECHO, "broken": BROKEN})
     proc = subprocess.run(tritonpkg("serve", str(repo), "--http-port", "0", "--grpc-port", "0",
                                     "--metrics-port", "0", "--timeout", "60"),
-                          env=cli_env, capture_output=True, text=True, timeout=90)
+                          env=cli_env, capture_output=True, text=True, timeout=90, check=False)
     assert proc.returncode == 1
-    assert "exited with code" in proc.stderr
+    assert "model 'broken' version 1 failed to load" in proc.stderr
     assert "model.py refuses to start: missing weights" in proc.stderr
     assert "full log:" in proc.stderr
 
@@ -127,19 +72,19 @@ def test_serve_refuses_a_port_in_use(cli_env, tmp_path) -> None:
         busy = s.getsockname()[1]
         proc = subprocess.run(tritonpkg("serve", str(repo), "--http-port", str(busy), "--grpc-port", "0",
                                         "--metrics-port", "0"), env=cli_env, capture_output=True, text=True,
-                              timeout=60)
+                              timeout=60, check=False)
     assert proc.returncode == 1
     assert f"port {busy}" in proc.stderr and "http_port" in proc.stderr
 
 
 def test_runtime_info_and_install_json(cli_env) -> None:
     out = subprocess.run(tritonpkg("runtime", "install", "--json"), env=cli_env, capture_output=True, text=True,
-                         timeout=60)
+                         timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     installed = json.loads(out.stdout)
     assert installed["version"] == "2.51.0"
     info = subprocess.run(tritonpkg("runtime", "info", "--json"), env=cli_env, capture_output=True, text=True,
-                          timeout=60)
+                          timeout=60, check=False)
     report = json.loads(info.stdout)
     assert report["installed"] and report["server_bin"] == installed["server_bin"]
     assert report["stub_python"] == f"{sys.version_info.major}.{sys.version_info.minor}"

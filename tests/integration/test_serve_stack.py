@@ -13,7 +13,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -25,12 +24,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import EXAMPLES
-from tests.integration.s3_fixtures import s3_server  # noqa: F401 - fixture
-from tests.integration.test_runtime_server import group_pids
-from tests.integration.test_runtime_serve_cli import read_json_document, tritonpkg
-from tritonpkg.runtime import free_ports
-from tritonpkg.runtime.supervisor import own_group
+from tests.support.cli import read_json_document, tritonpkg
+from tests.support.paths import EXAMPLES
+from tests.support.procs import group_pids
+from tritonpkg.proc.group import own_group
+from tritonpkg.proc.ports import free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -45,7 +43,8 @@ def load_model(context):
 """
 SLOW_SPEC = {
     "name": "slow_loader", "version": 1, "kind": "python",
-    "python": {"template": "custom", "parameters": {"module": "hooks.py", "model": "load_model", "factory": True}, "files": ["hooks.py"],
+    "python": {"template": "custom", "parameters": {"module": "hooks.py", "model": "load_model", "factory": True},
+               "files": ["hooks.py"],
                "inputs": [{"name": "X", "data_type": "FP32", "dims": [2]}],
                "outputs": [{"name": "Y", "data_type": "FP32", "dims": [2]}]},
 }
@@ -55,7 +54,7 @@ BUCKET = "serve-stack-weights"
 
 
 @pytest.fixture(scope="module")
-def archive(tmp_path_factory, s3_server) -> Path:
+def archive(tmp_path_factory, s3_server, tiny_llm_weights) -> Path:
     """One package archive (the layout `package --archive` writes) with both models and their lock; the
     LLM's weights live in a real S3 API (moto server), so serving must materialize them first."""
     from tritonpkg.repository import archive as archive_mod
@@ -63,9 +62,7 @@ def archive(tmp_path_factory, s3_server) -> Path:
     from tritonpkg.spec import load_spec
 
     root = tmp_path_factory.mktemp("serve-stack")
-    weights = root / "weights"
-    subprocess.run([sys.executable, str(EXAMPLES / "tiny-llm" / "make_tiny_llm.py"), "--out", str(weights)],
-                   check=True, timeout=300)
+    weights = tiny_llm_weights
     llm = yaml.safe_load((EXAMPLES / "tiny-llm" / "tritonpkg.yaml").read_text())
     s3 = s3_server.client()
     s3.create_bucket(Bucket=BUCKET)
@@ -113,7 +110,7 @@ class Poller:
                 self.outcomes.append("ok" if self.probe() else "probe returned False")
             except urllib.error.HTTPError as exc:
                 self.outcomes.append(f"HTTP {exc.code}: {exc.read()[:200]!r}")
-            except Exception as exc:  # noqa: BLE001 - every failure is a finding
+            except Exception as exc:
                 self.outcomes.append(f"{type(exc).__name__}: {exc}")
             time.sleep(0.5)  # open now: keep checking, without taking the CPU the rest of start-up needs
 
@@ -176,7 +173,8 @@ def stack(archive, tmp_path_factory, s3_server):
     started = time.monotonic()
     proc = subprocess.Popen(
         tritonpkg("serve", str(archive), "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port",
-                  str(metrics), "--openai", "--openai-port", str(openai), "--timeout", "300", "--weights-root", str(weights_root), "--state-dir", str(tmp_path_factory.mktemp("state")), "--json"),
+                  str(metrics), "--openai", "--openai-port", str(openai), "--timeout", "300", "--weights-root",
+                  str(weights_root), "--state-dir", str(tmp_path_factory.mktemp("state")), "--json"),
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **own_group())
     try:
         try:
@@ -258,10 +256,10 @@ def prometheus(stack, tmp_path_factory):
             {"targets": [f"127.0.0.1:{stack['ports']['metrics']}"]}]}],
     }))
     [port] = free_ports(1)
-    proc = subprocess.Popen([str(PROMETHEUS), f"--config.file={root / 'prometheus.yml'}",
-                             f"--storage.tsdb.path={root / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=subprocess.DEVNULL, stderr=open(root / "prometheus.log", "wb"),
-                            **own_group())
+    with open(root / "prometheus.log", "wb") as log:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen([str(PROMETHEUS), f"--config.file={root / 'prometheus.yml'}",
+                                 f"--storage.tsdb.path={root / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+                                stdout=subprocess.DEVNULL, stderr=log, **own_group())
     try:
         yield f"http://127.0.0.1:{port}", root / "prometheus.log"
     finally:
@@ -376,7 +374,7 @@ def test_an_unsafe_archive_is_refused_by_the_cli(tmp_path: Path) -> None:
     state = tmp_path / "state"
     out = subprocess.run(tritonpkg("serve", str(evil), "--state-dir", str(state), "--http-port", "0",
                                    "--grpc-port", "0", "--metrics-port", "0"),
-                         capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
+                         capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"}, check=False)
     assert out.returncode == 1
     assert "evil.tar.gz" in out.stderr and "breaks the path rule: a '..' segment" in out.stderr
     assert list(state.iterdir()) == [] and not (tmp_path.parent / "escaped.txt").exists()
@@ -437,7 +435,8 @@ def test_a_folder_with_remote_weights_is_served_from_a_copy_and_left_untouched(t
     removes again. (The model's backend does not exist, so Triton fails fast once the weights are there.)"""
     import fsspec
 
-    from tritonpkg.runtime import ServerStartError, ServingStack, StartupOptions
+    from tritonpkg.runtime import ServerStartError
+    from tritonpkg.serve import ServingStack, StartupOptions
 
     fs = fsspec.filesystem("memory")
     fs.pipe("/serve-folder-test/config.json", b'{"model_type": "llama"}')

@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from tests.differential.corpus import build_cases
-from tests.differential.run import agreement_rate, known_disagreements, markdown_report, run_corpus
+from tests.differential.run import agreement_rate, known_disagreements, markdown_report
 
 MIN_AGREEMENT = 0.95
 MIN_CASES = 170
@@ -40,9 +40,8 @@ def test_known_disagreements_name_real_cases():
 
 
 @pytest.fixture(scope="module")
-def outcomes(tmp_path_factory):
-    pytest.importorskip("pytriton", reason="the real server comes from nvidia-pytriton (pip install -e '.[runtime]')")
-    return run_corpus(build_cases(), tmp_path_factory.mktemp("differential"))
+def outcomes(corpus_outcomes):
+    return corpus_outcomes[1]
 
 
 @pytest.mark.integration

@@ -16,12 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_validate_engine_args import repo_with
+from tests.support.validate_repos import repo_with
 from tritonpkg import compat
 from tritonpkg.compat.engine_args import load_snapshot
 from tritonpkg.validate import validate_repository
-
-MAKE_TINY = Path(__file__).resolve().parents[2] / "examples" / "tiny-llm" / "make_tiny_llm.py"
 
 # Checked by vLLM only when the model or the arguments use the feature (not the tiny text model):
 # LoRA, multimodal inputs, and kernel backends of MoE / linear-attention / sparse-attention models.
@@ -62,11 +60,8 @@ def outside(spec: dict) -> list:
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    weights = tmp_path_factory.mktemp("tiny") / "weights"
-    subprocess.run([sys.executable, str(MAKE_TINY), "--out", str(weights)], check=True, timeout=300,
-                   capture_output=True)
-    return weights
+def tiny(tiny_llm_weights) -> Path:
+    return tiny_llm_weights
 
 
 @pytest.fixture(scope="module")
@@ -95,13 +90,13 @@ def test_vllm_refuses_them_at_engine_config(cases, tiny):
     pytest.importorskip("vllm", reason="the real vLLM decides (pip install -e '.[cpu]')")
     control = ("enforce_eager", True)  # must be accepted, or every refusal below proves nothing
     res = subprocess.run([sys.executable, "-c", VLLM_DECIDES, str(tiny), json.dumps([control, *cases])],
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=600, check=False)
     lines = [line for line in res.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, res.stderr[-3000:]
     first, *verdicts = json.loads(lines[-1][len("RESULT "):])
     assert first is None, f"vLLM refused the control arguments: {first}"
-    accepted = {name for (name, _), why in zip(cases, verdicts) if why is None}
+    accepted = {name for (name, _), why in zip(cases, verdicts, strict=False) if why is None}
     assert accepted == FEATURE_GATED, (
         f"vLLM accepted values validate refuses: {sorted(accepted - FEATURE_GATED)}; "
         f"now refuses feature-gated ones: {sorted(FEATURE_GATED - accepted)}")
-    assert all(why for (name, _), why in zip(cases, verdicts) if name not in FEATURE_GATED)
+    assert all(why for (name, _), why in zip(cases, verdicts, strict=False) if name not in FEATURE_GATED)

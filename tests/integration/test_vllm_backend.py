@@ -1,11 +1,12 @@
 """The toolkit's vLLM backend (backends/vllm/model.py) inside a real tritonserver, on the tiny LLM
 and all-MiniLM-L6-v2.
 
-One server for the module: the tiny model is made into a tmp dir, packaged from the example spec
-with `package_spec` next to the MiniLM embedding spec, and both are served once (a vLLM engine takes
-tens of seconds to start on a CPU). The server runs in explicit model-control mode so that a dead
-engine can unload its model (the last test kills one); vLLM writes its metrics in Prometheus
-multiprocess mode into a directory the tests read."""
+One server, shared with the other modules that only read from it (`vllm_server` in the integration
+conftest): the tiny model is made into a tmp dir, packaged from the example spec with `package_spec` next to
+the MiniLM embedding spec, and both are served once (a vLLM engine takes tens of seconds to start on a CPU).
+The server runs in explicit model-control mode so that a dead engine can unload its model (the last test
+kills one, then releases the server); vLLM writes its metrics in Prometheus multiprocess mode into a
+directory the tests read."""
 
 from __future__ import annotations
 
@@ -23,8 +24,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from tests.conftest import EXAMPLES
-from tests.integration.conftest import package_tiny_llm_and_minilm
+from tests.support.paths import EXAMPLES
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -43,27 +43,19 @@ def tokenizer():
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory):
+def repo(vllm_repo):
     """tiny_llm (target 24.10, metrics on, room for 16 sequences) + minilm, packaged into one repository."""
-    return package_tiny_llm_and_minilm(tmp_path_factory.mktemp("vllm-backend"), disable_log_stats=False,
-                                       max_num_seqs=16, max_num_batched_tokens=512)
+    return vllm_repo
 
 
 @pytest.fixture(scope="module")
-def metrics_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("prometheus-multiproc")
+def metrics_dir(vllm_metrics_dir):
+    return vllm_metrics_dir
 
 
 @pytest.fixture(scope="module")
-def server(repo, metrics_dir):
-    from tritonpkg.runtime import TritonServer, ensure_runtime
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
-        mp.setenv("PROMETHEUS_MULTIPROC_DIR", str(metrics_dir))
-        with TritonServer(repo, runtime=ensure_runtime(), startup_timeout=600, model_control="explicit",
-                          load_models=[MODEL, EMBEDDER]) as srv:
-            yield srv
+def server(vllm_server):
+    return vllm_server
 
 
 def generate(server, body: dict, endpoint: str = "generate", model: str = MODEL) -> tuple[int, dict | list[dict]]:
@@ -128,7 +120,7 @@ def word_token_ids(tokenizer) -> list[int]:
     """Ids of " word" tokens that re-encode to themselves: text made only of them re-tokenizes to
     exactly as many tokens, so counting tokens of the output is exact."""
     ids = []
-    for token, idx in tokenizer.get_vocab().items():
+    for idx in tokenizer.get_vocab().values():
         text = tokenizer.decode([idx])
         if re.fullmatch(r" [A-Za-z]+", text) and tokenizer.encode(text).ids == [idx]:
             ids.append(idx)
@@ -142,7 +134,8 @@ def test_generate_returns_text_with_prompt_by_default(server):
     assert len(body["text_output"]) > len(PROMPT)
 
     status, only_new = generate(
-        server, {"text_input": PROMPT, "parameters": {"max_tokens": "8", "temperature": "0", "exclude_input_in_output": True}}
+        server, {"text_input": PROMPT,
+                 "parameters": {"max_tokens": "8", "temperature": "0", "exclude_input_in_output": True}}
     )
     assert status == 200, only_new
     assert PROMPT + only_new["text_output"] == body["text_output"]
@@ -229,7 +222,7 @@ def test_malformed_kserve_inputs_are_400s_naming_the_input(server):
                 ("text_input", np.array([5], dtype=np.int32), "INT32", "data-type"),
                 ("text_input", np.array([b"a", b"b"], dtype=object), "BYTES", "shape")):
             results: queue.Queue = queue.Queue()
-            client.start_stream(callback=lambda result, error: results.put((result, error)))
+            client.start_stream(callback=lambda result, error, results=results: results.put((result, error)))
             tensors = [] if name == "text_input" else [grpcclient.InferInput("text_input", [1], "BYTES")]
             for t in tensors:
                 t.set_data_from_numpy(np.array([PROMPT.encode()], dtype=object))
@@ -399,20 +392,23 @@ def test_older_and_nested_structured_output_spellings(server):
     status, body = generate(server, {"text_input": PROMPT, "exclude_input_in_output": True, "parameters": {
         "max_tokens": 10, "temperature": 1.0, "guided_choice": '["yes", "no"]'}})
     assert status == 200 and body["text_output"] in ("yes", "no"), body
-    status, body = generate(server, {"text_input": PROMPT, "exclude_input_in_output": True, "sampling_parameters": json.dumps({
+    status, body = generate(server, {"text_input": PROMPT, "exclude_input_in_output": True,
+                                     "sampling_parameters": json.dumps({
         "max_tokens": 10, "temperature": 1.0, "structured_outputs": {"regex": "[ab]{3}"}})})
     assert status == 200 and re.fullmatch("[ab]{3}", body["text_output"]), body
-    status, body = generate(server, {"text_input": PROMPT, "exclude_input_in_output": True, "sampling_parameters": json.dumps({
+    status, body = generate(server, {"text_input": PROMPT, "exclude_input_in_output": True,
+                                     "sampling_parameters": json.dumps({
         "max_tokens": 10, "temperature": 1.0, "guided_grammar": 'root ::= "x" ("y" | "z")'})})
     assert status == 200 and body["text_output"] in ("xy", "xz"), body
-    status, body = generate(server, {"text_input": PROMPT, "exclude_input_in_output": True, "sampling_parameters": json.dumps({
+    status, body = generate(server, {"text_input": PROMPT, "exclude_input_in_output": True,
+                                     "sampling_parameters": json.dumps({
         "max_tokens": 40, "temperature": 1.0, "response_format": {"type": "json_object"}})})
     # The noise model rarely closes a free-form JSON string within any budget: check the constraint
     # started an object rather than demand a complete one (json_schema above proves completeness).
     assert status == 200 and body["text_output"].lstrip().startswith("{"), body
 
 
-@pytest.mark.parametrize("params, named", [
+@pytest.mark.parametrize(("params", "named"), [
     ({"structured_outputs": {"jsn": {"type": "object"}}}, "jsn"),
     ({"response_format": {"type": "xml"}}, "xml"),
     ({"response_format": {"type": "json_schema", "json_schema": {"schema": {}, "strictly": True}}}, "strictly"),
@@ -420,16 +416,17 @@ def test_older_and_nested_structured_output_spellings(server):
     ({"guided_decoding_backend": "outlines", "guided_json": {"type": "object"}}, "guided_decoding_backend"),
 ])
 def test_bad_structured_output_keys_are_errors_naming_them(server, params, named):
-    status, body = generate(server, {"text_input": PROMPT, "sampling_parameters": json.dumps({"max_tokens": 4, **params})})
+    status, body = generate(server, {"text_input": PROMPT,
+                                     "sampling_parameters": json.dumps({"max_tokens": 4, **params})})
     assert status != 200 and named in body["error"], body
 
 
 def test_additional_outputs_over_grpc(server, tokenizer):
     results: list = []
-    chunks, error = grpc_stream(
+    _chunks, error = grpc_stream(
         server, PROMPT, {"max_tokens": 6, "ignore_eos": True, "logprobs": 1, "temperature": 0},
-        extra={name: True for name in ("return_finish_reason", "return_cumulative_logprob", "return_logprobs",
-                                       "return_num_input_tokens", "return_num_output_tokens")},
+        extra=dict.fromkeys(("return_finish_reason", "return_cumulative_logprob", "return_logprobs",
+                             "return_num_input_tokens", "return_num_output_tokens"), True),
         results_out=results)
     assert error is None, error
     with_text = [r for r in results if r.as_numpy("text_output") is not None]
@@ -444,8 +441,8 @@ def test_additional_outputs_over_grpc(server, tokenizer):
 
 
 def test_packaged_config_is_the_24_10_contract_and_the_backend_auto_completes_the_rest(server, repo):
-    from tritonclient.grpc import model_config_pb2 as pb
     from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as pb
 
     written = text_format.Parse((repo / MODEL / "config.pbtxt").read_text(), pb.ModelConfig())
     assert [i.name for i in written.input] == ["text_input", "stream", "sampling_parameters", "exclude_input_in_output"]
@@ -462,8 +459,10 @@ def test_scoring_matches_the_logprob_of_generated_tokens(server, tokenizer):
     import tritonclient.grpc as grpcclient
 
     allowed = word_token_ids(tokenizer)
-    status, body = generate(server, {"text_input": PROMPT, "exclude_input_in_output": True, "return_cumulative_logprob": True,
-                                     "sampling_parameters": json.dumps({"max_tokens": 4, "temperature": 0, "ignore_eos": True,
+    status, body = generate(server, {"text_input": PROMPT, "exclude_input_in_output": True,
+                                     "return_cumulative_logprob": True,
+                                     "sampling_parameters": json.dumps({"max_tokens": 4, "temperature": 0,
+                                                                        "ignore_eos": True,
                                                                         "logprobs": 0, "allowed_token_ids": allowed})})
     assert status == 200, body
     expected = body["cumulative_logprob"]
@@ -500,7 +499,7 @@ def test_embeddings_equal_sentence_transformers(server):
         sys.path.remove(str(MINILM))
     texts = ["A man is eating food.", "The new movie is awesome", "Triton serves models over gRPC and HTTP."]
     reference = SentenceTransformer(str(weights_dir()), device="cpu").encode(texts)
-    for text, ref in zip(texts, reference):
+    for text, ref in zip(texts, reference, strict=False):
         status, body = generate(server, {"text_input": text}, model=EMBEDDER)
         assert status == 200, body
         got = np.asarray(body["embedding"], dtype=np.float32)
@@ -595,10 +594,12 @@ def test_engine_processes_run_at_nice_10_on_this_cpu_host_and_the_stub_at_0(serv
             assert min(nices) >= 10, (engine.cmdline(), nices)
 
 
-def test_zz_dead_engine_fails_requests_and_unloads_the_model(server):
-    """Last in the module: kills the tiny model's EngineCore."""
+def test_zz_dead_engine_fails_requests_and_unloads_the_model(server, vllm_servers, request):
+    """Last in the module: kills the tiny model's EngineCore, so the shared server is stopped after it (a
+    later user would start a new one)."""
     import psutil
 
+    request.addfinalizer(vllm_servers.release)
     stubs = [p for p in psutil.Process(server.pid).children(recursive=True)
              if "triton_python_backend_stub" in " ".join(p.cmdline()) and f"/{MODEL}/" in " ".join(p.cmdline())]
     assert len(stubs) == 1, stubs
@@ -614,8 +615,10 @@ def test_zz_dead_engine_fails_requests_and_unloads_the_model(server):
         if status != 200:
             break
         time.sleep(0.5)
-    assert status != 200 and ("engine died" in body["error"] or "not ready" in body["error"] or "unavailable" in body["error"]), body
-    while time.monotonic() < deadline and any(m.get("state") == "READY" and m["name"] == MODEL for m in server.repository_index()):
+    assert status != 200 and ("engine died" in body["error"] or "not ready" in body["error"]
+                              or "unavailable" in body["error"]), body
+    while time.monotonic() < deadline and any(m.get("state") == "READY" and m["name"] == MODEL
+                                              for m in server.repository_index()):
         time.sleep(0.5)
     assert not any(m.get("state") == "READY" and m["name"] == MODEL for m in server.repository_index())
     deadline = time.monotonic() + 30

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tritonpkg.runtime.unpack import MAX_HEADER_BYTES, UnpackLimits, UnsafeArchiveError, unpack_archive
+from tritonpkg.serve.unpack import MAX_HEADER_BYTES, UnpackLimits, UnsafeArchiveError, unpack_archive
 
 END = b"\0" * (2 * tarfile.BLOCKSIZE)
 
@@ -42,9 +42,11 @@ def _write_gz(path: Path, raw: bytes) -> Path:
     return path
 
 
-def _refuse(place: Path, archive: Path, match: str, limits: UnpackLimits = UnpackLimits()) -> tuple[str, int, float]:
+def _refuse(place: Path, archive: Path, match: str,
+            limits: UnpackLimits | None = None) -> tuple[str, int, float]:
     """Unpack `archive`; the refusal's message, the peak of traced Python memory and the seconds taken.
     Nothing may be left in `work/` or beside the archive."""
+    limits = limits or UnpackLimits()
     target = place / "work" / "pkg"
     tracemalloc.start()
     start = time.monotonic()
@@ -80,7 +82,7 @@ def test_huge_gnu_long_name_is_refused_quickly_with_bounded_memory(place):
 def test_declared_size_alone_is_refused_before_any_read(place):
     """The 1.9 GB long-name header of the issue, declared in the raw header block; no data has to follow."""
     raw = _header("././@LongLink", 1_900_000_000, tarfile.GNUTYPE_LONGNAME) + b"a" * tarfile.BLOCKSIZE
-    text, peak, _ = _refuse(place, _write_gz(place / "pkg.tar.gz", raw), "GNU long-name header of 1900000000 bytes")
+    _text, peak, _ = _refuse(place, _write_gz(place / "pkg.tar.gz", raw), "GNU long-name header of 1900000000 bytes")
     assert peak < 1 << 20
 
 
@@ -161,10 +163,10 @@ def test_lock_entries_leading_out_of_the_repository_are_refused(tmp_path):
     import hashlib
     import json
 
-    from tests.conftest import EXAMPLES
+    from tests.support.paths import EXAMPLES
     from tritonpkg.repository import archive as archive_mod
     from tritonpkg.repository import package_spec
-    from tritonpkg.runtime.unpack import LockMismatchError, verify_unpacked
+    from tritonpkg.serve.unpack import LockMismatchError, verify_unpacked
     from tritonpkg.spec import load_spec
 
     secret = tmp_path / "host" / "secret"

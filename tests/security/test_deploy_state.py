@@ -84,7 +84,7 @@ def test_a_symlinked_state_folder_or_db_is_refused_and_its_target_kept(tmp_path)
     precious = tmp_path / "precious.db"
     precious.write_bytes(b"not a database of ours")
     (folder / "state.db").symlink_to(precious)
-    with pytest.raises(StateDirError, match="state.db: is a symlink"):
+    with pytest.raises(StateDirError, match=r"state.db: is a symlink"):
         StateStore(folder / "state.db")
     assert precious.read_bytes() == b"not a database of ours"
 

@@ -18,7 +18,7 @@ import time
 import httpx
 import pytest
 
-from tests.conftest import EXAMPLES
+from tests.support.paths import EXAMPLES
 
 KEY = "test-key-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -163,7 +163,7 @@ def run_frontend_cli(*args: str, env: dict | None = None) -> subprocess.Complete
     """`tritonpkg frontend` against no Triton: it prints its warnings, starts, fails to list models, exits 1."""
     return subprocess.run([sys.executable, "-m", "tritonpkg", "frontend", "--triton-grpc", "127.0.0.1:1",
                            "--port", "0", *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **(env or {})})
+                          env={**os.environ, **(env or {})}, check=False)
 
 
 def test_the_cli_refuses_a_world_readable_key_file_in_one_line(tmp_path):
@@ -177,7 +177,7 @@ def test_the_cli_refuses_a_world_readable_key_file_in_one_line(tmp_path):
 
 
 def test_a_public_address_without_a_key_is_warned_about(tmp_path):
-    from tritonpkg.runtime.startup import PackageFacts, StartupOptions, plan_serve
+    from tritonpkg.serve.plan import PackageFacts, StartupOptions, plan_serve
 
     done = run_frontend_cli("--host", "0.0.0.0")
     assert "warning:" in done.stderr and "without an API key" in done.stderr, done.stderr
@@ -212,7 +212,8 @@ def test_a_body_over_the_limit_is_a_413_without_being_read(bare):
     assert httpx.post(bare.url + "/v1/completions", json=fits, headers=AUTH, timeout=30).status_code == 503
     text = json.dumps(fits).encode()
     pieces = [b"%x\r\n%s\r\n" % (len(text[i:i + 8192]), text[i:i + 8192]) for i in range(0, len(text), 8192)]
-    status, error = status_and_error(raw(bare.port, head + b"Transfer-Encoding: chunked\r\n\r\n", [*pieces, b"0\r\n\r\n"]))
+    status, error = status_and_error(raw(bare.port, head + b"Transfer-Encoding: chunked\r\n\r\n",
+                                         [*pieces, b"0\r\n\r\n"]))
     assert status == 503 and "unreachable" in error["message"]  # a chunked body within the limit is served whole
 
 
@@ -233,27 +234,28 @@ SURROGATE = '"hi \\ud800"'
 CHAT = '{"model": "m", "messages": [{"role": "user", "content": "a"}, {"role": "user", "content": %s}]}'
 
 
-@pytest.mark.parametrize("route, body, status, param, says", [
-    ("/v1/completions", '{"model": "m", "prompt": %s}' % SURROGATE, 400, "prompt", "surrogate"),
+@pytest.mark.parametrize(("route", "body", "status", "param", "says"), [
+    ("/v1/completions", f'{{"model": "m", "prompt": {SURROGATE}}}', 400, "prompt", "surrogate"),
     ("/v1/chat/completions", CHAT % SURROGATE, 400, "messages.1.content", "surrogate"),
     ("/v1/chat/completions", CHAT % "5", 400, "messages.1.content", "string"),
-    ("/v1/completions", '{"model": "m", "prompt": "x", "max_tokens": %d}' % 2**64, 400, "max_tokens", "64-bit"),
-    ("/v1/completions", '{"model": "m", "prompt": "x", "max_tokens": %d}' % 2**63, 400, "max_tokens", "64-bit"),
-    ("/v1/completions", '{"model": "m", "prompt": "x", "seed": -%d}' % (2**63 + 1), 400, "seed", "64-bit"),
+    ("/v1/completions", f'{{"model": "m", "prompt": "x", "max_tokens": {2**64}}}', 400, "max_tokens", "64-bit"),
+    ("/v1/completions", f'{{"model": "m", "prompt": "x", "max_tokens": {2**63}}}', 400, "max_tokens", "64-bit"),
+    ("/v1/completions", f'{{"model": "m", "prompt": "x", "seed": -{2**63 + 1}}}', 400, "seed", "64-bit"),
     ("/v1/completions", '{"model": "m", "prompt": "x", "temperature": NaN}', 400, "temperature", "finite"),
     ("/v1/completions", '{"model": "m", "prompt": "x", "max_tokens": 0}', 400, "max_tokens", "max_tokens"),
     ("/v1/completions", '{"model": "m", "prompt": "x",}', 400, None, "not valid JSON"),
     ("/v1/completions", "[" * 50_000, 400, None, "nested too deeply"),
-    ("/v1/completions", '{"model": "m", "prompt": "x", "vllm_xargs": %s1%s}' % ('{"a": ' * 100, "}" * 100), 400,
+    ("/v1/completions", '{{"model": "m", "prompt": "x", "vllm_xargs": {}1{}}}'.format('{"a": ' * 100, "}" * 100), 400,
      "vllm_xargs", "nested"),
     ("/v1/completions", '"a string"', 400, None, "JSON object"),
-    ("/v1/completions", '{"model": "m", "prompt": %s, "n": 4}' % json.dumps(["a"] * 100), 400, "n", "sequences"),
-    ("/v1/completions", '{"model": "m", "prompt": %s, "n": 4}' % json.dumps(["a"] * 2000), 400, "prompt",
+    ("/v1/completions", '{{"model": "m", "prompt": {}, "n": 4}}'.format(json.dumps(["a"] * 100)), 400, "n",
      "sequences"),
-    ("/v1/embeddings", '{"model": "m", "input": %s}' % json.dumps(["a"] * 3000), 400, "input", "2048"),
-    ("/v1/rerank", '{"model": "m", "query": "q", "documents": %s}' % json.dumps(["a"] * 3000), 400, "documents",
+    ("/v1/completions", '{{"model": "m", "prompt": {}, "n": 4}}'.format(json.dumps(["a"] * 2000)), 400, "prompt",
+     "sequences"),
+    ("/v1/embeddings", '{{"model": "m", "input": {}}}'.format(json.dumps(["a"] * 3000)), 400, "input", "2048"),
+    ("/v1/rerank", '{{"model": "m", "query": "q", "documents": {}}}'.format(json.dumps(["a"] * 3000)), 400, "documents",
      "2048"),
-    ("/v1/embeddings", '{"model": "m", "input": "x", "dimensions": %d}' % 2**70, 400, "dimensions", "64-bit"),
+    ("/v1/embeddings", f'{{"model": "m", "input": "x", "dimensions": {2**70}}}', 400, "dimensions", "64-bit"),
     ("/v1/completions", '{"model": "m", "prompt": "x", "logit_bias": {"%s": 1}}' % ("9" * 5000), 400, "logit_bias",
      "5000 characters"),  # int() of it raised ValueError: a 500
     ("/v1/completions", '{"model": "m", "prompt": "x", "logit_bias": {"\u00b2": 1}}', 400, "logit_bias", "token ids"),
@@ -265,7 +267,7 @@ def test_every_client_mistake_is_a_4xx_in_openai_shape(bare, route, body, status
     assert says in error["message"], error
 
 
-@pytest.mark.parametrize("method, path, status", [("GET", "/v1/completions", 405), ("POST", "/v1/nothing", 404),
+@pytest.mark.parametrize(("method", "path", "status"), [("GET", "/v1/completions", 405), ("POST", "/v1/nothing", 404),
                                                   ("GET", "/nothing", 404)])
 def test_unknown_routes_and_methods_answer_in_openai_shape(bare, method, path, status):
     response = httpx.request(method, bare.url + path, headers=AUTH, timeout=10)

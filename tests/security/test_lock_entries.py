@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 import os
 
-from tritonpkg.repository import lock as lock_mod, package_spec
+from tests.support.paths import EXAMPLES
+from tritonpkg.repository import lock as lock_mod
+from tritonpkg.repository import package_spec
 from tritonpkg.spec import load_spec
-from tests.conftest import EXAMPLES
 
 
 def _packaged(tmp_path):
@@ -41,7 +42,8 @@ def test_an_entry_through_a_folder_link_is_a_problem(tmp_path):
     (tmp_path / "outside" / "f").write_bytes(b"x")
     os.symlink(tmp_path / "outside", repo / "via")
     _add_entry(repo, "via/f", lock_mod.sha256(b"x"))
-    assert lock_mod.verify(repo) == ["'via/f': breaks the path rule: a folder on the way is a link that leaves the root"]
+    assert lock_mod.verify(repo) == [
+        "'via/f': breaks the path rule: a folder on the way is a link that leaves the root"]
 
 
 def test_a_lock_of_another_shape_is_an_error_naming_it_not_a_traceback(tmp_path):

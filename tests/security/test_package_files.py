@@ -13,7 +13,7 @@ import pytest
 
 from tritonpkg.errors import SpecError
 from tritonpkg.repository import package_spec
-from tritonpkg.runtime.unpack import unpack_archive
+from tritonpkg.serve.unpack import unpack_archive
 from tritonpkg.spec import load_spec
 
 MARKER = "tritonpkg host secret marker\n"
@@ -135,7 +135,7 @@ def _tokenizer_spec(tokenizer: str) -> dict:
     }
 
 
-@pytest.mark.parametrize("name, rule", [("/etc/shadow", "an absolute path"), ("../host", "a '..' segment")])
+@pytest.mark.parametrize(("name", "rule"), [("/etc/shadow", "an absolute path"), ("../host", "a '..' segment")])
 def test_tokenizer_parameter_outside_the_spec_folder_is_refused(write_spec, tmp_path, host_secret, name, rule):
     (host_secret.parent / "tokenizer.json").write_text(MARKER)
     spec = write_spec(_tokenizer_spec(name))
@@ -160,7 +160,7 @@ def _copies_outside_host(tree: Path, secret: Path) -> list[Path]:
     return [p for p in _copies_of_marker(tree, secret) if p.parent != secret.parent]
 
 
-@pytest.mark.parametrize("wheel, rule", [("../host/p-1-py3-none-any.whl", "a '..' segment"),
+@pytest.mark.parametrize(("wheel", "rule"), [("../host/p-1-py3-none-any.whl", "a '..' segment"),
                                          ("/tmp/p-1-py3-none-any.whl", "an absolute path"),
                                          ("link.whl", "a link that leaves the spec's folder")])
 def test_a_plugin_wheel_outside_the_spec_folder_is_refused(write_spec, tmp_path, host_secret, wheel, rule):

@@ -10,7 +10,7 @@ from tritonpkg import safepath
 from tritonpkg.safepath import UnsafePathError
 
 
-@pytest.mark.parametrize("name, rule", [
+@pytest.mark.parametrize(("name", "rule"), [
     ("../outside/X", "'..' segment"),
     ("a/../../outside", "'..' segment"),
     ("/etc/passwd", "absolute path"),

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.plugin_wheels import make_venv
-from tests.unit.test_package import HOOKS, custom_spec
+from tests.support.specs import HOOKS, custom_spec
+from tests.support.wheels import make_venv
 from tritonpkg.errors import PackageError
 from tritonpkg.plugins import PluginError, install_bundled, read_wheel
 from tritonpkg.repository import package_spec
@@ -96,14 +96,14 @@ def _package(write_spec, tmp_path, wheel: Path, name: str):
 
 
 HOSTILE = {
-    "numpy": dict(files={"numpy/__init__.py": b"PINNED = 'replaced by a plugin'\n"}),
-    "pth": dict(files={"zz_plugin_hook.pth": b"import os; open(os.environ.get('PTH_MARK', '/dev/null'), 'w')\n"}),
-    "data-purelib": dict(files={"data_purelib_plugin-0.1.0.data/purelib/numpy/_hook.py": b"x = 1\n"}),
-    "data-data": dict(files={"data_data_plugin-0.1.0.data/data/bin/pip": b"#!/bin/sh\necho owned\n"}),
-    "sitecustomize": dict(files={"sitecustomize.py": b"print('every start')\n"}),
-    "script-pip": dict(entry_points={GROUP: {"demo": "script_pip_plugin:Processor"},
-                                     "console_scripts": {"pip": "script_pip_plugin:Processor"}}),
-    "data-script-tritonpkg": dict(files={"data_script_tritonpkg_plugin-0.1.0.data/scripts/tritonpkg": b"#!/bin/sh\n"}),
+    "numpy": {"files": {"numpy/__init__.py": b"PINNED = 'replaced by a plugin'\n"}},
+    "pth": {"files": {"zz_plugin_hook.pth": b"import os; open(os.environ.get('PTH_MARK', '/dev/null'), 'w')\n"}},
+    "data-purelib": {"files": {"data_purelib_plugin-0.1.0.data/purelib/numpy/_hook.py": b"x = 1\n"}},
+    "data-data": {"files": {"data_data_plugin-0.1.0.data/data/bin/pip": b"#!/bin/sh\necho owned\n"}},
+    "sitecustomize": {"files": {"sitecustomize.py": b"print('every start')\n"}},
+    "script-pip": {"entry_points": {GROUP: {"demo": "script_pip_plugin:Processor"},
+                                     "console_scripts": {"pip": "script_pip_plugin:Processor"}}},
+    "data-script-tritonpkg": {"files": {"data_script_tritonpkg_plugin-0.1.0.data/scripts/tritonpkg": b"#!/bin/sh\n"}},
 }
 EXPECTED = {
     "numpy": ("numpy/__init__.py", "belongs to numpy"),
@@ -163,7 +163,7 @@ def test_package_refuses_a_console_script_named_like_the_toolkit(tmp_path, write
     assert f"[console_scripts] tritonpkg would replace the script {script} (owned by tritonpkg)" in str(err.value)
 
 
-@pytest.mark.parametrize("kw, message", [
+@pytest.mark.parametrize(("kw", "message"), [
     ({"record_skip": ("unlisted_plugin/__init__.py",)}, "is not mentioned in RECORD"),
     ({"record_extra": ("unlisted_plugin/ghost.py",)}, "is listed in RECORD but is not in the wheel"),
     ({"tamper": {"unlisted_plugin/__init__.py": b"import os\n"}}, "didn't match RECORD"),
@@ -202,6 +202,6 @@ def test_a_plugin_may_not_take_the_name_of_an_installed_non_plugin(tmp_path, run
     wheels = tmp_path / "wheels"
     build_wheel(wheels, "pip", "99.0", entry_points={GROUP: {"demo": "pip:main"}})
     before = snapshot(runtime["purelib"], runtime["bin"])
-    with pytest.raises(PluginError, match="would replace pip .* registers none of the plugin's entry-point groups"):
+    with pytest.raises(PluginError, match=r"would replace pip .* registers none of the plugin's entry-point groups"):
         _install(runtime, wheels)
     assert snapshot(runtime["purelib"], runtime["bin"]) == before

@@ -9,8 +9,8 @@ import pytest
 
 from tritonpkg.private import StateDirError
 from tritonpkg.runtime import admin
-from tritonpkg.runtime.startup import StartupOptions
-from tritonpkg.runtime.stack import ServingStack
+from tritonpkg.serve.plan import StartupOptions
+from tritonpkg.serve.stack import ServingStack
 
 
 def test_a_symlinked_admin_key_is_refused_and_its_target_kept(tmp_path):

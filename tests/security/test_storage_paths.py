@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.s3_fixtures import s3_env, s3_server  # noqa: F401 - fixtures
-from tritonpkg.runtime.weights import WeightsAction, ensure_weights
-from tritonpkg.storage import StorageError, materialize, manifest
+from tritonpkg.serve.weights import WeightsAction, ensure_weights
+from tritonpkg.storage import StorageError, manifest, materialize
 from tritonpkg.storage.errors import UnsafeKeyError
 
 MARKER = b"tritonpkg-escape-marker"
@@ -41,7 +40,7 @@ def _markers(tree: Path) -> list[Path]:
 
 def _assert_nothing_written(scratch: Path, root: Path, *, allowed: tuple[Path, ...] = ()) -> None:
     assert [p for p in _markers(scratch) if not any(p.is_relative_to(a) for a in allowed)] == []
-    leftovers = [p for p in root.rglob("*")] if root.exists() else []
+    leftovers = list(root.rglob("*")) if root.exists() else []
     assert leftovers == [], f"left under the root: {leftovers}"
 
 
@@ -62,7 +61,7 @@ def bucket(s3_env):
     return name
 
 
-@pytest.mark.parametrize("rel, rule", ESCAPING_KEYS)
+@pytest.mark.parametrize(("rel", "rule"), ESCAPING_KEYS)
 def test_s3_key_leaving_the_root_is_refused_before_anything_is_written(s3_env, bucket, tmp_path, rel, rule):
     s3 = s3_env.client()
     s3.put_object(Bucket=bucket, Key="model/config.json", Body=b"{}")
@@ -114,7 +113,7 @@ def test_clean_s3_prefix_still_materializes(s3_env, bucket, tmp_path):
 
 # --- fsspec (memory://) -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("rel, rule", ESCAPING_KEYS)
+@pytest.mark.parametrize(("rel", "rule"), ESCAPING_KEYS)
 def test_fsspec_path_leaving_the_root_is_refused(tmp_path, rel, rule):
     import fsspec
 
@@ -138,7 +137,7 @@ def test_fsspec_path_leaving_the_root_is_refused(tmp_path, rel, rule):
 def _hf_cache(cache: Path, files: dict[str, bytes]) -> tuple[Path, str]:
     """A cache as huggingface_hub writes it: snapshots/<commit>/<file> -> ../../blobs/<sha256>."""
     repo_dir = cache / "models--org--name"
-    commit = hashlib.sha1(b"commit").hexdigest()
+    commit = hashlib.sha1(b"commit", usedforsecurity=False).hexdigest()
     snap = repo_dir / "snapshots" / commit
     (repo_dir / "blobs").mkdir(parents=True)
     (repo_dir / "refs").mkdir()
@@ -174,7 +173,7 @@ def test_hf_cache_link_leaving_the_repository_folder_is_refused(tmp_path):
 @pytest.mark.parametrize("rev", ["../../../refs-elsewhere", "main/../../x", "/etc/hostname"])
 def test_hf_revision_cannot_name_a_file_outside_refs(tmp_path, rev):
     _hf_cache(tmp_path / "cache", {"config.json": b"{}"})
-    (tmp_path / "refs-elsewhere").write_text(hashlib.sha1(b"commit").hexdigest())
+    (tmp_path / "refs-elsewhere").write_text(hashlib.sha1(b"commit", usedforsecurity=False).hexdigest())
     with pytest.raises(UnsafeKeyError, match="revision"):
         materialize(f"hf://org/name@{rev}", tmp_path / "root", hf_cache=tmp_path / "cache")
     assert not (tmp_path / "root").exists()

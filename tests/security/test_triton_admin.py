@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLES
+from tests.support.paths import EXAMPLES
 
 pytestmark = pytest.mark.integration
 
@@ -134,8 +134,8 @@ def test_grpc_model_control_and_logging_need_the_key(server) -> None:
 
 
 def test_the_serve_stack_stores_its_key_0600_and_restricts_triton(repo, tmp_path) -> None:
-    from tritonpkg.runtime.stack import ServingStack
-    from tritonpkg.runtime.startup import StartupOptions
+    from tritonpkg.serve.plan import StartupOptions
+    from tritonpkg.serve.stack import ServingStack
 
     state = tmp_path / "state"
     options = StartupOptions(source=repo, http_port=0, grpc_port=0, metrics_port=0, openai=False,
@@ -194,7 +194,7 @@ def test_deploy_units_behind_haproxy_share_one_stored_key_that_status_prints(tmp
     import subprocess
     import sys
 
-    from tests.integration.test_deploy_local import write_spec
+    from tests.support.specs import write_deploy_spec
     from tritonpkg.deploy.drivers.haproxy import ProxyError, find_haproxy
 
     try:
@@ -203,17 +203,18 @@ def test_deploy_units_behind_haproxy_share_one_stored_key_that_status_prints(tmp
         (pytest.fail if os.environ.get("CI") else pytest.skip)(str(exc))
 
     def tp(*args: str) -> str:
-        res = subprocess.run([sys.executable, "-m", "tritonpkg", *args], capture_output=True, text=True, timeout=180)
+        res = subprocess.run([sys.executable, "-m", "tritonpkg", *args], capture_output=True, text=True, timeout=180,
+                             check=False)
         assert res.returncode == 0, res.stdout + res.stderr
         return res.stdout
 
     state = tmp_path / "state"
     try:
-        tp("deploy", str(write_spec(tmp_path, "adm", 1)), "--state", str(state), "--dwell", "0.3", "--json")
+        tp("deploy", str(write_deploy_spec(tmp_path, "adm", 1)), "--state", str(state), "--dwell", "0.3", "--json")
         [status] = json.loads(tp("status", "--state", str(state), "--json"))
         key, proxy = status["admin_key"], status["proxy"]["http_url"]
         assert status["admin_header"] == "admin-key" and len(key) >= 32
-        [key_file] = [p for p in state.rglob("admin-key")]
+        [key_file] = list(state.rglob("admin-key"))
         assert key_file.read_text() == key and stat.S_IMODE(key_file.stat().st_mode) == 0o600
         assert key not in json.dumps(status["units"])  # the key lives in its 0600 file, not in state.db's rows
         unit = status["units"][0]["endpoints"]["http_url"]
@@ -226,4 +227,4 @@ def test_deploy_units_behind_haproxy_share_one_stored_key_that_status_prints(tmp
         assert f"admin-key: {key}" in tp("status", "--state", str(state))
     finally:
         subprocess.run([sys.executable, "-m", "tritonpkg", "deploy", "adm", "--teardown", "--state", str(state)],
-                       capture_output=True, timeout=120)
+                       capture_output=True, timeout=120, check=False)

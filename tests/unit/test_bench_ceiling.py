@@ -8,11 +8,10 @@ import io
 import pytest
 from rich.console import Console
 
+from tests.support.minilm import MINILM
 from tritonpkg.benchmarks import ceiling
 from tritonpkg.benchmarks.ceiling import Ceiling
 from tritonpkg.benchmarks.embeddings import Row, table
-
-from ..conftest import MINILM
 
 torch = pytest.importorskip("torch")
 

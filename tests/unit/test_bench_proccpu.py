@@ -42,7 +42,8 @@ def test_each_process_of_a_tree_is_metered_under_its_role() -> None:
         time.sleep(0.5)  # the child is up, waiting for its turn
         tree = descendants(parent.pid)
         assert parent.pid in tree and len(tree) == 2
-        meter = CpuMeter([parent.pid], {"bench": os.getpid()}, {" tree-child ": "the child", " tree-parent ": "the parent"})
+        meter = CpuMeter([parent.pid], {"bench": os.getpid()},
+                         {" tree-child ": "the child", " tree-parent ": "the parent"})
         meter.start()
         parent.stdin.write("go\n")
         parent.stdin.flush()

@@ -20,7 +20,8 @@ TINY = Path(__file__).resolve().parents[2] / "examples" / "tiny-llm" / "tokenize
 # Written for these tests: each exercises one rule transformers applies to chat templates.
 FEATURES = (
     "{{ bos_token }}{% for m in messages %}"
-    "{% if m['role'] not in ('system', 'user', 'assistant', 'tool') %}{{ raise_exception('bad role ' + m['role']) }}{% endif %}"
+    "{% if m['role'] not in ('system', 'user', 'assistant', 'tool') %}"
+    "{{ raise_exception('bad role ' + m['role']) }}{% endif %}"
     "{% if m['role'] == 'system' and loop.index0 > 0 %}{% continue %}{% endif %}"
     "<|{{ m['role'] }}|>\n"
     "  {% if m['content'] is string %}{{ m['content'] | trim }}{% endif %}\n"
@@ -34,7 +35,8 @@ FEATURES = (
     "{{ strftime_now('%Y') }}"
     "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
-TOOL_USE = "{% for t in tools %}TOOL {{ t['function']['name'] }}\n{% endfor %}{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
+TOOL_USE = ("{% for t in tools %}TOOL {{ t['function']['name'] }}\n{% endfor %}"
+            "{% for m in messages %}{{ m['content'] }}\n{% endfor %}")
 PLAIN = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
 
 TOOLS = [{"type": "function", "function": {"name": "weather", "description": "Wetter <b>heute</b> & morgen — °C",
@@ -66,8 +68,10 @@ def _folder(tmp_path: Path, name: str, config_update: dict | None = None, files:
     if bos_post_processor:
         tok = json.loads((folder / "tokenizer.json").read_text())
         tok["post_processor"] = {"type": "TemplateProcessing",
-                                 "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
-                                 "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                                 "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                                            {"Sequence": {"id": "A", "type_id": 0}}],
+                                 "pair": [{"Sequence": {"id": "A", "type_id": 0}},
+                                          {"Sequence": {"id": "B", "type_id": 1}}],
                                  "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}}
         (folder / "tokenizer.json").write_text(json.dumps(tok))
     return folder

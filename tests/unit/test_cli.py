@@ -20,8 +20,8 @@ def all_command_paths() -> list[list[str]]:
 
     def walk(cmd, prefix: list[str]) -> None:
         for name, sub in getattr(cmd, "commands", {}).items():
-            paths.append(prefix + [name])
-            walk(sub, prefix + [name])
+            paths.append([*prefix, name])
+            walk(sub, [*prefix, name])
 
     walk(root, [])
     return paths
@@ -63,11 +63,13 @@ def test_stop_signals_routes_the_stop_signals_and_restores_the_previous_handlers
 
     seen: list[int] = []
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    with pytest.raises(RuntimeError):
-        with stop_signals(lambda signum, _frame: seen.append(signum)):
-            for sig in before:
-                os.kill(os.getpid(), sig)
-            raise RuntimeError("a server failed")
+    def serve_then_fail() -> None:
+        for sig in before:
+            os.kill(os.getpid(), sig)
+        raise RuntimeError("a server failed")
+
+    with pytest.raises(RuntimeError, match="a server failed"), stop_signals(lambda signum, _frame: seen.append(signum)):
+        serve_then_fail()
     assert seen == list(before)
     assert {sig: signal.getsignal(sig) for sig in before} == before
 

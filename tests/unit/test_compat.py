@@ -26,7 +26,8 @@ def test_every_release_has_the_facts_the_toolkit_needs():
         compat.logits_processor_interface(r.vllm_base)
 
 
-@pytest.mark.skipif(not SHARED_CSV.exists(), reason="NVIDIA's table lives in ../shared/compat, absent outside the workplace")
+@pytest.mark.skipif(not SHARED_CSV.exists(),
+                    reason="NVIDIA's table lives in ../shared/compat, absent outside the workplace")
 def test_matrix_agrees_with_nvidias_published_table():
     rows = {r["triton_release"]: r for r in csv.DictReader(SHARED_CSV.open())}
     assert set(rows) == set(compat.release_names())

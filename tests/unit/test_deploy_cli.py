@@ -26,7 +26,7 @@ X = [{"name": "X", "data_type": "FP32", "dims": [2]}]
 
 def test_diff_says_compatible_and_picks_red_black(write_spec):
     old = spec(write_spec, "a", 1, X)
-    new = spec(write_spec, "b", 2, X + [{"name": "MASK", "data_type": "BOOL", "dims": [2], "optional": True}])
+    new = spec(write_spec, "b", 2, [*X, {"name": "MASK", "data_type": "BOOL", "dims": [2], "optional": True}])
     res = runner.invoke(app, ["diff", old, new, "--json"])
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
@@ -87,3 +87,23 @@ def test_status_and_rollback_of_unknown_models(tmp_path):
 def test_bad_strategy_is_a_usage_error(write_spec, tmp_path):
     res = runner.invoke(app, ["deploy", spec(write_spec, "a", 1, X), "--strategy", "canary"])
     assert res.exit_code == 2 and "--strategy" in res.output
+
+
+def test_command_line_strategy_wins_over_the_spec(write_spec, tmp_path):
+    deployment = {"strategy": "versioned", "traffic_steps": [20, 100]}
+    path = spec(write_spec, "a", 1, X, deployment=deployment)
+
+    def planned(*args: str) -> tuple[str, str]:
+        res = runner.invoke(app, ["deploy", path, "--dry-run", "--json", "--state", str(tmp_path / "s"), *args])
+        assert res.exit_code == 0, res.output
+        plan = json.loads(res.output)["plan"]
+        return plan["strategy"], plan["reason"]
+
+    assert planned() == ("versioned", "--strategy versioned")  # the spec's, with no option given
+    assert planned("--strategy", "auto") == ("red-black", "auto: nothing live to compare with, red-black")
+    assert planned("--strategy", "red-black")[0] == "red-black"
+
+
+def test_min_requests_must_not_be_negative(write_spec, tmp_path):
+    res = runner.invoke(app, ["deploy", spec(write_spec, "a", 1, X), "--min-requests", "-1", "--dry-run"])
+    assert res.exit_code == 2 and "--min-requests" in res.output

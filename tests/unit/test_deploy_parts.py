@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import os
-
-import subprocess
 import shutil
+import subprocess
 
 import pytest
 
 from tritonpkg.deploy import gate, iodiff
 from tritonpkg.deploy.drivers import haproxy
-from tritonpkg.deploy.plan import Unit, plan_red_black, LiveState
+from tritonpkg.deploy.plan import LiveState, Unit, plan_red_black
 from tritonpkg.deploy.state import StateStore
 
 METRICS = """# HELP nv_inference_request_success Number of successful inference requests
@@ -47,17 +46,19 @@ def test_gate_on_error_rate_and_p99():
 
 
 def schema(inputs, outputs=(("Y", "TYPE_FP32", [2], False),), mbs=0) -> iodiff.Schema:
-    t = lambda n, d, dims, opt: iodiff.Tensor(name=n, data_type=d, dims=dims, optional=opt)  # noqa: E731
-    return iodiff.Schema(model="m", max_batch_size=mbs, inputs=[t(*i) for i in inputs], outputs=[t(*o) for o in outputs])
+    def t(n, d, dims, opt):
+        return iodiff.Tensor(name=n, data_type=d, dims=dims, optional=opt)
+    return iodiff.Schema(model="m", max_batch_size=mbs, inputs=[t(*i) for i in inputs],
+                         outputs=[t(*o) for o in outputs])
 
 
 BASE = [("X", "TYPE_FP32", [2], False)]
 
 
-@pytest.mark.parametrize("new_inputs, new_outputs, mbs, compatible, why", [
+@pytest.mark.parametrize(("new_inputs", "new_outputs", "mbs", "compatible", "why"), [
     (BASE, None, 0, True, None),
-    (BASE + [("MASK", "TYPE_BOOL", [2], True)], None, 0, True, "added as optional"),
-    (BASE + [("MASK", "TYPE_BOOL", [2], False)], None, 0, False, "added and required"),
+    ([*BASE, ("MASK", "TYPE_BOOL", [2], True)], None, 0, True, "added as optional"),
+    ([*BASE, ("MASK", "TYPE_BOOL", [2], False)], None, 0, False, "added and required"),
     ([("Z", "TYPE_FP32", [2], False)], None, 0, False, "input X: removed"),
     ([("X", "TYPE_FP16", [2], False)], None, 0, False, "dtype changed"),
     ([("X", "TYPE_FP32", [-1], False)], None, 0, True, "dims widened"),
@@ -93,20 +94,24 @@ def test_io_diff_reads_specs(write_spec):
 def test_haproxy_config_is_accepted_by_haproxy(tmp_path):
     text = haproxy.render_config(http_port=18000, grpc_port=18001, socket_path=tmp_path / "s.sock",
                                  map_path=tmp_path / "r.map", slots=3)
-    assert text.count("server s") == 3 * 4 and "bind 127.0.0.1:18001 proto h2" in text
+    assert text.count("server s") == 3 * 4 and text.count("server b") == 3 * 4
+    assert "bind 127.0.0.1:18001 proto h2" in text
     binary = shutil.which("haproxy") or (shutil.which("haproxy", path="/usr/sbin"))
     if binary is None:
-        (pytest.fail if os.environ.get("CI") else pytest.skip)("haproxy not installed (scripts/setup.sh installs it as root)")
+        why = "haproxy not installed (scripts/setup.sh installs it as root)"
+        (pytest.fail if os.environ.get("CI") else pytest.skip)(why)
     (tmp_path / "r.map").write_text("")
     (tmp_path / "h.cfg").write_text(text)
-    res = subprocess.run([binary, "-c", "-f", str(tmp_path / "h.cfg")], capture_output=True, text=True)
+    res = subprocess.run([binary, "-c", "-f", str(tmp_path / "h.cfg")], capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr
 
 
 def test_weight_changes_raise_before_they_lower():
     cmds = haproxy.weight_commands({0: 0, 1: 100})
     assert cmds == ["set weight live_http/s1 100", "set weight live_grpc/s1 100",
-                    "set weight live_http/s0 0", "set weight live_grpc/s0 0"]
+                    "set weight live_http/b1 100", "set weight live_grpc/b1 100",
+                    "set weight live_http/s0 0", "set weight live_grpc/s0 0",
+                    "set weight live_http/b0 0", "set weight live_grpc/b0 0"]
 
 
 def test_missing_haproxy_says_how_to_install(monkeypatch):
@@ -121,7 +126,8 @@ def test_state_round_trip_and_interrupted_runs(tmp_path):
     store.ensure_deployment("m", "local")
     store.put_unit("m", Unit(name="m-blue", version=1, color="blue", weight=100, status="serving"), {"slot": 0})
     live = store.live("m")
-    assert live.serving().name == "m-blue" and store.endpoints("m", "m-blue") == {"slot": 0}
+    serving = live.serving()
+    assert serving is not None and serving.name == "m-blue" and store.endpoints("m", "m-blue") == {"slot": 0}
     plan = plan_red_black(live, 2, [50, 100])
     run = store.start_run(plan)
     assert [r for r, _ in store.running_runs("m")] == [run]
@@ -135,7 +141,7 @@ def test_state_round_trip_and_interrupted_runs(tmp_path):
 
 
 def test_a_packaged_repository_is_a_release_and_a_diff_side(write_spec, tmp_path):
-    from tritonpkg.deploy.executor import release_from
+    from tritonpkg.deploy.executor import build, release_from
     from tritonpkg.repository import package_spec
     from tritonpkg.spec import load_spec
 
@@ -148,8 +154,11 @@ def test_a_packaged_repository_is_a_release_and_a_diff_side(write_spec, tmp_path
     package_spec(load_spec(path), repo)
     rel = release_from(repo, tmp_path / "work")
     assert (rel.model, rel.version, rel.repository) == ("m", 3, repo.absolute())
-    assert [t.name for t in rel.schema_.inputs] == ["X"]
+    assert rel.schema_ is not None and [t.name for t in rel.schema_.inputs] == ["X"]
     from_spec = release_from(path, tmp_path / "work", "versioned")
-    assert from_spec.strategy == "versioned" and (from_spec.repository / "m" / "3" / "model.py").is_file()
+    assert from_spec.strategy == "versioned" and not from_spec.repository.exists()  # planned before it is built
+    built = build(from_spec)
+    assert built.spec_file is None and (built.repository / "m" / "3" / "model.py").is_file()
+    assert built.schema_ is not None and [t.name for t in built.schema_.inputs] == ["X"]
     assert iodiff.diff(iodiff.load(repo), iodiff.load(path)).changes == []
     assert iodiff.load(repo / "m" / "config.pbtxt").version == 3

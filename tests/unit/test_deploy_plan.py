@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from tritonpkg.deploy.plan import LiveState, PlanError, Unit, choose, plan_gc, plan_red_black, plan_rollback, \
-    plan_versioned
+from tritonpkg.deploy.plan import (
+    LiveState,
+    PlanError,
+    Unit,
+    choose,
+    plan_gc,
+    plan_red_black,
+    plan_rollback,
+    plan_versioned,
+)
 
 
 def live_blue(version: int = 1) -> LiveState:
@@ -68,7 +76,7 @@ def test_versioned_adds_a_route_and_an_alias_without_touching_the_old():
 
 
 def plan_state_with(live: LiveState, name: str, version: int) -> LiveState:
-    return live.model_copy(update={"units": live.units + [Unit(name=name, version=version, status="inactive")]})
+    return live.model_copy(update={"units": [*live.units, Unit(name=name, version=version, status="inactive")]})
 
 
 def test_gc_retires_idle_superseded_units_and_always_keeps_the_latest():
@@ -79,7 +87,8 @@ def test_gc_retires_idle_superseded_units_and_always_keeps_the_latest():
     live = LiveState(model="m", alias="m-v3", units=units)
     assert plan_gc(live, now=150, grace_s=100) == []  # v2 active 50 s ago
     steps = plan_gc(live, now=1000, grace_s=100)
-    assert [(s.kind, s.unit) for s in steps] == [("drain", "m-v2"), ("retire", "m-v2")]  # v1 routed, v3 alias, v4 latest
+    assert [(s.kind, s.unit) for s in steps] == [("drain", "m-v2"),
+                                                 ("retire", "m-v2")]  # v1 routed, v3 alias, v4 latest
     assert plan_gc(LiveState(model="m"), now=1, grace_s=0) == []
 
 

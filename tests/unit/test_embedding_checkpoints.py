@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import MINILM, make_small_encoder
+from tests.support.encoders import make_small_encoder
+from tests.support.minilm import MINILM
 from tritonpkg.embedding.checkpoint import read_checkpoint
 from tritonpkg.embedding.encoder import PackedBert
 from tritonpkg.embedding.errors import EmbeddingInputError
@@ -56,7 +57,7 @@ def test_pooling_follows_the_sentence_transformers_config(tmp_path, mode):
     assert np.abs(mean[:, :384] - want[:, :384]).max() > 1e-2  # the mode matters at this tolerance
 
 
-@pytest.mark.parametrize("activation,bias", [(torch.nn.Tanh(), True), (torch.nn.Identity(), False)])
+@pytest.mark.parametrize(("activation", "bias"), [(torch.nn.Tanh(), True), (torch.nn.Identity(), False)])
 def test_dense_layers_after_the_pooling_run_as_sentence_transformers_runs_them(tmp_path, activation, bias):
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling, Transformer
@@ -85,11 +86,11 @@ def test_modules_the_encoder_cannot_run_are_refused_by_name(tmp_path):
                                                                 "use_residual": True}))
     torch.save({"linear.weight": torch.zeros(8, 384)}, folder / "2_Dense" / "pytorch_model.bin")
     dense = {"idx": 3, "name": "3", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}
-    (folder / "modules.json").write_text(json.dumps(modules[:2] + [dense]))
+    (folder / "modules.json").write_text(json.dumps([*modules[:2], dense]))
     with pytest.raises(EmbeddingInputError, match=r"2_Dense/config.json: a residual") as err:
         read_checkpoint(folder)
     assert err.value.field == "use_residual"
-    (folder / "modules.json").write_text(json.dumps(modules + [dense]))  # after Normalize
+    (folder / "modules.json").write_text(json.dumps([*modules, dense]))  # after Normalize
     with pytest.raises(EmbeddingInputError, match=r"module 3 is 'sentence_transformers.models.Dense'") as err:
         read_checkpoint(folder)
     assert err.value.field == "modules[3]"
@@ -140,7 +141,7 @@ def test_roberta_mpnet_and_distilbert_embeddings_equal_sentence_transformers(tmp
     checkpoint = read_checkpoint(folder)
     offset = 0 if family == "distilbert" else 2  # after the padding index
     assert (checkpoint.position_offset, checkpoint.max_positions) == (offset, 512)
-    texts = TEXTS + [LONG[:1200]]  # MPNet's distances past 128 share its last bucket
+    texts = [*TEXTS, LONG[:1200]]  # MPNet's distances past 128 share its last bucket
     want = SentenceTransformer(str(folder), device="cpu").encode(texts, normalize_embeddings=False)
     for static in (False, True):
         np.testing.assert_allclose(ours(folder, texts, static), want, atol=2e-4, rtol=1e-4)
@@ -151,7 +152,7 @@ def test_roberta_mpnet_and_distilbert_cross_encoders_score_as_sentence_transform
     from sentence_transformers import CrossEncoder
 
     folder = make_small_encoder(tmp_path / "reranker", family, cross_encoder=True)
-    query, docs = "what does the gateway do", TEXTS[:3] + [LONG]
+    query, docs = "what does the gateway do", [*TEXTS[:3], LONG]
     want = CrossEncoder(str(folder), device="cpu").predict([(query, d) for d in docs])
     checkpoint = read_checkpoint(folder, scoring=True)
     model = PackedBert.from_pretrained(folder)

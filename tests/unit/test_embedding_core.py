@@ -11,8 +11,19 @@ import numpy as np
 import pytest
 import torch
 
-from tritonpkg.embedding import (BucketCache, EmbeddingEngine, EmbeddingInputError, Ticket, TokenBudgetBatcher,
-                                 bucket_tokens, cosine_scores, encode_texts, finish_vectors, length_groups, pack)
+from tritonpkg.embedding import (
+    BucketCache,
+    EmbeddingEngine,
+    EmbeddingInputError,
+    Ticket,
+    TokenBudgetBatcher,
+    bucket_tokens,
+    cosine_scores,
+    encode_texts,
+    finish_vectors,
+    length_groups,
+    pack,
+)
 from tritonpkg.embedding.encoder import PackedBert
 from tritonpkg.embedding.options import check_dimensions
 from tritonpkg.embedding.tokenize import load_tokenizer
@@ -89,7 +100,7 @@ def test_length_groups_bound_the_padding_waste():
     assert [sorted(lengths[i] for i in g) for g in groups] == [[97, 98, 100], [49, 50], [3, 4]]
 
 
-@pytest.mark.parametrize("n,expected", [(1, 64), (64, 64), (65, 128), (1024, 1024), (1025, 1280), (1280, 1280)])
+@pytest.mark.parametrize(("n", "expected"), [(1, 64), (64, 64), (65, 128), (1024, 1024), (1025, 1280), (1280, 1280)])
 def test_bucket_token_counts_round_to_64_small_and_256_large(n, expected):
     assert bucket_tokens(n) == expected
 
@@ -213,13 +224,13 @@ def test_bfloat16_compute_keeps_the_residual_stream_in_float32_and_stays_within_
     vectors = half.encode(pack(ids))
     assert vectors.dtype == torch.float32
     assert (finish_vectors(vectors.numpy(), True, None) * full).sum(1).min() >= 0.999
-    with pytest.raises(ValueError, match="compute dtype 'float16' is not supported.*float32, bfloat16"):
+    with pytest.raises(ValueError, match=r"compute dtype 'float16' is not supported.*float32, bfloat16"):
         PackedBert.from_pretrained(MINILM, "float16")
 
 
 @pytest.fixture(scope="module")
 def cross_encoder(tmp_path_factory):
-    from tests.conftest import make_cross_encoder
+    from tests.support.encoders import make_cross_encoder
 
     return make_cross_encoder(tmp_path_factory.mktemp("cross-encoder"))
 
@@ -276,7 +287,7 @@ def test_engine_scores_pairs_with_their_token_types_across_batches(cross_encoder
         got = engine.submit(ids, type_starts=starts).wait(30)[:, 0]
     finally:
         engine.close()
-    one_by_one = [model.encode(pack([s], type_starts=[t])).item() for s, t in zip(ids, starts)]
+    one_by_one = [model.encode(pack([s], type_starts=[t])).item() for s, t in zip(ids, starts, strict=False)]
     assert np.abs(got - one_by_one).max() < 1e-4 and engine.batches >= 3
     without_types = model.encode(pack(ids)).numpy()[:, 0]
     assert np.abs(without_types - got).max() > 1e-3  # token types reach the embeddings
@@ -285,14 +296,14 @@ def test_engine_scores_pairs_with_their_token_types_across_batches(cross_encoder
 def test_a_checkpoint_without_a_classifier_is_not_a_cross_encoder():
     model = PackedBert.from_pretrained(MINILM, head="auto")
     assert (model.head, model.pooling) == ("pool", ("mean",))
-    with pytest.raises(ValueError, match="no classifier.weight: a cross-encoder needs"):
+    with pytest.raises(ValueError, match=r"no classifier.weight: a cross-encoder needs"):
         PackedBert.from_pretrained(MINILM, head="classifier")
 
 
 def test_the_scoring_template_refuses_a_classifier_that_gives_more_than_one_score_per_pair(tmp_path):
     from types import SimpleNamespace
 
-    from tests.conftest import make_cross_encoder
+    from tests.support.encoders import make_cross_encoder
     from tritonpkg.embedding.serving import ScoringModel
 
     weights = make_cross_encoder(tmp_path / "two-labels", num_labels=2)

@@ -41,7 +41,8 @@ def test_embedding_template_packages_a_decoupled_model_with_the_core_beside_it(t
 
     spec = tmp_path / "spec"
     spec.mkdir()
-    data = yaml.safe_load((Path(__file__).parents[2] / "examples/minilm-embeddings-template/tritonpkg.yaml").read_text())
+    example = Path(__file__).parents[2] / "examples/minilm-embeddings-template"
+    data = yaml.safe_load((example / "tritonpkg.yaml").read_text())
     data["weights"] = str(MINILM)
     (spec / "tritonpkg.yaml").write_text(yaml.safe_dump(data))
     repo = tmp_path / "repo"

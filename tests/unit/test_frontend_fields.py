@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.conftest import EXAMPLES
+from tests.support.paths import EXAMPLES
 from tritonpkg.frontend.app import _model_card, _render_chat
 from tritonpkg.frontend.catalog import ModelEntry
 from tritonpkg.frontend.chat_tokenizer import load_chat_tokenizer

@@ -53,7 +53,7 @@ def test_unset_fields_are_not_sent():
     assert completion_plan(completion()).params == {"n": 1}
 
 
-@pytest.mark.parametrize("fmt, expected", [
+@pytest.mark.parametrize(("fmt", "expected"), [
     ({"type": "json_object"}, {"type": "json_object"}),
     ({"type": "json_schema", "json_schema": {"name": "s", "schema": SCHEMA, "strict": True}},
      {"type": "json_schema", "json_schema": {"name": "s", "schema": SCHEMA, "strict": True}}),
@@ -85,11 +85,8 @@ def test_chat_token_limits_and_logprobs():
     assert "logprobs" not in chat_plan(chat()).params
 
 
-@pytest.mark.parametrize("build, fields, param", [
-    (completion, {"stream": True, "n": 2}, "n"),
+@pytest.mark.parametrize(("build", "fields", "param"), [
     (completion, {"stream_options": {"include_usage": True}}, "stream_options"),
-    (completion, {"prompt": ["a", "b"], "stream": True}, "prompt"),
-    (completion, {"echo": True, "logprobs": 1}, "echo"),
     (completion, {"logit_bias": {"abc": 1}}, "logit_bias"),
     (completion, {"logit_bias": {"3": 101}}, "logit_bias"),
     (completion, {"guided_regex": "a+", "guided_choice": ["a"]}, "guided_choice"),
@@ -121,7 +118,7 @@ UNSUPPORTED_VALUES = {"suffix": "s", "best_of": 2, "functions": [{"name": "f"}],
                       "web_search_options": {}}
 
 
-@pytest.mark.parametrize("cls, name", [(cls, name) for cls, table in UNSUPPORTED.items() for name in table])
+@pytest.mark.parametrize(("cls", "name"), [(cls, name) for cls, table in UNSUPPORTED.items() for name in table])
 def test_every_known_unsupported_openai_field_is_a_400_naming_it(cls, name):
     build, plan = (completion, completion_plan) if cls is CompletionRequest else (chat, chat_plan)
     error = rejected(lambda **f: plan(build(**f)), **{name: UNSUPPORTED_VALUES[name]})
@@ -135,19 +132,22 @@ def client():
     return TestClient(create_app(FrontendSettings(triton_grpc_url="127.0.0.1:1")), raise_server_exceptions=False)
 
 
-@pytest.mark.parametrize("route, body, param", [
+@pytest.mark.parametrize(("route", "body", "param"), [
     ("/v1/completions", {"model": "m", "prompt": "p", "temprature": 0}, "temprature"),
-    ("/v1/completions", {"model": "m", "prompt": [1, 2, 3]}, "prompt"),
+    ("/v1/completions", {"model": "m", "prompt": [1, "a"]}, "prompt"),
+    ("/v1/completions", {"model": "m", "prompt": [[1, 2], []]}, "prompt.1"),
     ("/v1/completions", {"model": "m", "prompt": "p", "temperature": -1}, "temperature"),
     ("/v1/chat/completions", {"model": "m", "messages": USER, "response_format": {"type": "json_schema",
-                              "json_schema": {"name": "s", "schema": SCHEMA, "x": 1}}}, "response_format.json_schema.x"),
+                              "json_schema": {"name": "s", "schema": SCHEMA, "x": 1}}},
+     "response_format.json_schema.x"),
     ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": "http://x"}}]}]}, "messages.0.content"),
     ("/v1/chat/completions", {"model": "m", "messages": []}, "messages"),
     ("/v1/chat/completions", {"model": "m", "messages": USER, "stream_options": {"continuous_usage_stats": True}},
      "stream_options.continuous_usage_stats"),
     ("/v1/embeddings", {"model": "m", "input": "x", "encoding_format": "int8"}, "encoding_format"),
-    ("/v1/embeddings", {"model": "m", "input": [[1, 2]]}, "input"),
+    ("/v1/embeddings", {"model": "m", "input": [[1, 2], "a"]}, "input"),
+    ("/v1/embeddings", {"model": "m", "input": [[1, 2], [-3]]}, "input.1"),
 ])
 def test_request_validation_is_a_400_in_openai_shape(client, route, body, param):
     response = client.post(route, json=body)
@@ -166,7 +166,7 @@ def test_field_path_drops_union_branch_tags():
     assert field_path(("body", "messages", 0, "content", "list[TextPart]", 0, "type")) == "messages.0.content.0.type"
 
 
-@pytest.mark.parametrize("message, status", [
+@pytest.mark.parametrize(("message", "status"), [
     ("Request for unknown model: 'x' is not found", 404),
     ("[vllm] unknown sampling parameter(s) 'bogus'", 400),
     ("[vllm] vLLM rejected the request: prompt too long", 400),
@@ -181,7 +181,8 @@ def test_triton_errors_map_to_statuses(message, status):
 BACKEND_LOGPROBS = json.dumps([
     {"9": {"logprob": -3.0, "rank": 7, "decoded_token": " b"}, "4": {"logprob": -0.5, "rank": 1, "decoded_token": " a"},
      "5": {"logprob": -1.0, "rank": 2, "decoded_token": " c"}},
-    {"4": {"logprob": None, "rank": 1, "decoded_token": " a"}, "5": {"logprob": -2.0, "rank": 2, "decoded_token": " c"}},
+    {"4": {"logprob": None, "rank": 1, "decoded_token": " a"},
+     "5": {"logprob": -2.0, "rank": 2, "decoded_token": " c"}},
 ])
 
 
@@ -230,7 +231,7 @@ def test_streamed_text_offsets_are_the_non_streamed_ones():
 
         plan = completion_plan(completion(stream=True, logprobs=0, echo=echo))
         offsets = []
-        async for event in completion_events("c", 1, "m", plan, streamed[0], rest()):
+        async for event in completion_events("c", 1, "m", plan, [(streamed[0], rest())], ["p"]):
             data = event.decode().removeprefix("data: ").strip()
             if data != "[DONE]" and json.loads(data)["choices"][0]["logprobs"]:
                 offsets += json.loads(data)["choices"][0]["logprobs"]["text_offset"]
@@ -270,7 +271,8 @@ def test_requests_carry_raw_tensors_and_ask_for_the_final_flag():
 
     from tritonpkg.frontend.triton import build_request
 
-    request = build_request("m", "fe-7", [("text_input", "héllo"), ("stream", True), ("exclude_input_in_output", False)])
+    request = build_request("m", "fe-7",
+                            [("text_input", "héllo"), ("stream", True), ("exclude_input_in_output", False)])
     assert request.model_name == "m" and request.id == "fe-7"
     assert [(t.name, t.datatype, list(t.shape)) for t in request.inputs] == [
         ("text_input", "BYTES", [1]), ("stream", "BOOL", [1]), ("exclude_input_in_output", "BOOL", [1])]
@@ -300,3 +302,95 @@ def test_a_template_bos_is_dropped_only_when_the_engine_adds_one_itself():
     assert without_added_bos("<s><|user|>\nhi", "<s>") == "<|user|>\nhi"
     assert without_added_bos("<s><|user|>\nhi", None) == "<s><|user|>\nhi"  # tokenizer adds no BOS (tiny model)
     assert without_added_bos("<|user|>\nhi", "<s>") == "<|user|>\nhi"
+
+
+def test_a_streamed_request_is_one_backend_request_per_choice_as_vllm_splits_n():
+    from tritonpkg.frontend.mapping import stream_requests
+
+    plan = completion_plan(completion(prompt=["a", "b"], stream=True, n=2, seed=5, temperature=1.0))
+    assert stream_requests(plan, plan.prompts) == [
+        ("a", {**plan.params, "n": 1, "seed": 5}), ("a", {**plan.params, "n": 1, "seed": 6}),
+        ("b", {**plan.params, "n": 1, "seed": 5}), ("b", {**plan.params, "n": 1, "seed": 6})]
+    unseeded = completion_plan(completion(stream=True, n=3))
+    assert [p for _, p in stream_requests(unseeded, ["x"])] == [{**unseeded.params, "n": 1}] * 3
+    one = completion_plan(completion(stream=True, seed=5))
+    assert stream_requests(one, ["x"]) == [("x", one.params)]
+
+
+def test_streamed_choices_arrive_by_index_and_usage_counts_each_prompt_once():
+    import asyncio
+
+    from tritonpkg.frontend.streaming import completion_events
+
+    def out(text, reason=None, n_in=3):
+        return Output(texts=[text], finish_reasons=[reason], prompt_tokens=n_in, completion_tokens=[1], logprobs=None)
+
+    async def collect():
+        async def rest(*outputs):
+            for o in outputs:
+                await asyncio.sleep(0)
+                yield o
+
+        plan = completion_plan(completion(prompt=["p", "q"], stream=True, n=2, echo=True,
+                                          stream_options={"include_usage": True}))
+        streams = [(out("a"), rest(out("b", "length"))), (out("c"), rest(out("d", "stop"))),
+                   (out("e", n_in=4), rest(out("f", "length", 4))), (out("g", n_in=4), rest(out("h", "length", 4)))]
+        events = [e.decode().removeprefix("data: ").strip()
+                  async for e in completion_events("c", 1, "m", plan, streams, ["p", "q"])]
+        return [json.loads(e) for e in events[:-1]], events[-1]
+
+    chunks, done = asyncio.run(collect())
+    assert done == "[DONE]"
+    texts: dict[int, str] = {}
+    for chunk in chunks[:-1]:
+        (choice,) = chunk["choices"]
+        texts[choice["index"]] = texts.get(choice["index"], "") + choice["text"]
+    assert texts == {0: "pab", 1: "pcd", 2: "qef", 3: "qgh"}
+    assert chunks[-1]["usage"] == {"prompt_tokens": 7, "completion_tokens": 8, "total_tokens": 15}
+
+
+@pytest.mark.parametrize(("prompt", "expected"), [
+    ("a", ["a"]), (["a", "b"], ["a", "b"]), ([1, 2], [[1, 2]]), ([[1], [2, 3]], [[1], [2, 3]])])
+def test_the_four_prompt_shapes(prompt, expected):
+    assert completion_plan(completion(prompt=prompt)).prompts == expected
+
+
+@pytest.mark.parametrize(("prompt", "param"), [([[1], []], "prompt.1"), ([[-1]], "prompt.0"), ([], "prompt")])
+def test_a_bad_token_id_prompt_is_a_400_naming_it(prompt, param):
+    with pytest.raises(APIError) as info:
+        completion_plan(completion(prompt=prompt))
+    assert info.value.param == param
+
+
+def test_echo_with_logprobs_asks_the_backend_for_the_prompts_logprobs():
+    plan = completion_plan(completion(echo=True, logprobs=2))
+    assert plan.params["prompt_logprobs"] == 2 and plan.params["logprobs"] == 2
+    assert "prompt_logprobs" not in completion_plan(completion(logprobs=2)).params
+
+
+def test_echoed_prompt_logprobs_come_first_with_the_first_token_unscored():
+    prompt = _positions(json.dumps([{"5": {"logprob": None, "rank": None, "decoded_token": "The"}},
+                                    {"9": {"logprob": -2.5, "rank": 3, "decoded_token": " quick"},
+                                     "4": {"logprob": -0.5, "rank": 1, "decoded_token": " a"}}]))
+    answer = _positions(json.dumps([{"7": {"logprob": -0.1, "rank": 1, "decoded_token": " fox"}}]))
+    out = Output(texts=[" fox"], finish_reasons=["length"], prompt_tokens=2, completion_tokens=[1], logprobs=[answer],
+                 prompt_logprobs=prompt)
+    lp = completion_body("c", 1, "m", ["The quick"], [out], echo=True, logprobs=1)["choices"][0]["logprobs"]
+    assert lp == {"tokens": ["The", " quick", " fox"], "token_logprobs": [None, -2.5, -0.1],
+                  "top_logprobs": [None, {" quick": -2.5, " a": -0.5}, {" fox": -0.1}], "text_offset": [0, 3, 9]}
+
+
+def test_length_bounded_json_strings_exclude_control_characters():
+    """xgrammar's minLength/maxLength strings let U+0000-U+001F through; the bounds become a pattern that
+    excludes them. A string's own pattern or format stays; the request's schema is not changed."""
+    schema = {"type": "object", "properties": {
+        "a": {"type": "string", "maxLength": 3}, "b": {"type": "string", "minLength": 1, "pattern": "x"},
+        "c": {"type": "array", "items": {"type": "string", "minLength": 2}}, "d": {"type": "string"}}}
+    plan = completion_plan(completion(response_format={"type": "json_schema",
+                                                       "json_schema": {"name": "s", "schema": schema}}))
+    sent = plan.params["response_format"]["json_schema"]["schema"]["properties"]
+    assert sent["a"] == {"type": "string", "pattern": "^[^\\x00-\\x1f]{0,3}$"}
+    assert sent["b"] == schema["properties"]["b"] and sent["d"] == {"type": "string"}
+    assert sent["c"]["items"] == {"type": "string", "pattern": "^[^\\x00-\\x1f]{2,}$"}
+    assert schema["properties"]["a"] == {"type": "string", "maxLength": 3}
+    assert completion_plan(completion(guided_json=schema)).params["guided_json"]["properties"]["a"] == sent["a"]

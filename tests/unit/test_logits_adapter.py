@@ -10,20 +10,21 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("tritonpkg_logits._core", reason="logits_ext is not built (scripts/setup.sh builds it)")
 pytest.importorskip("vllm")
-from vllm import SamplingParams  # noqa: E402
-from vllm.v1.sample.logits_processor import BatchUpdate  # noqa: E402
-from vllm.v1.sample.logits_processor.interface import MoveDirectionality  # noqa: E402
-from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsProcessor as V2  # noqa: E402
+from vllm import SamplingParams  # noqa: E402  after the importorskip guards
+from vllm.v1.sample.logits_processor import BatchUpdate  # noqa: E402  after the importorskip guards
+from vllm.v1.sample.logits_processor.interface import MoveDirectionality  # noqa: E402  after the importorskip guards
+from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsProcessor as V2  # noqa: E402, N814  after the importorskip guards; V2 names the runner
 
-from tests.conftest import EXAMPLES  # noqa: E402
-from tritonpkg_logits.vllm_adapter import ConstraintLogitsProcessor  # noqa: E402
+from tests.support.paths import EXAMPLES  # noqa: E402  after the importorskip guards
+from tritonpkg_logits.vllm_adapter import ConstraintLogitsProcessor  # noqa: E402  after the importorskip guards
 
 V, EOS = 512, 2
 TOKENIZER = EXAMPLES / "tiny-llm" / "tokenizer"
 
 
 def config():
-    mc = SimpleNamespace(get_vocab_size=lambda: V, hf_config=SimpleNamespace(eos_token_id=EOS), tokenizer=str(TOKENIZER),
+    mc = SimpleNamespace(get_vocab_size=lambda: V, hf_config=SimpleNamespace(eos_token_id=EOS),
+                         tokenizer=str(TOKENIZER),
                          trust_remote_code=False, tokenizer_revision=None)
     return SimpleNamespace(model_config=mc)
 
@@ -67,14 +68,16 @@ def test_interface_facts(proc):
 
 def test_removed_added_moved_overwrite_state(proc):
     outs = [[], [], []]
-    update(proc, 3, added=[(0, params(allow(5)), [1], outs[0]), (1, params(DFA), [1], outs[1]), (2, params(), [1], outs[2])])
+    update(proc, 3, added=[(0, params(allow(5)), [1], outs[0]), (1, params(DFA), [1], outs[1]),
+                           (2, params(), [1], outs[2])])
     assert allowed_rows(proc, 3) == [[5], [10], list(range(V))]
     outs[1].append(10)
     assert allowed_rows(proc, 3)[1] == [11, 12]
     # row 0 finished and was never "removed": a new request takes its slot; then the last row moves into
     # hole 1 (compaction) and the unconstrained row 2 disappears from the tail.
     new0 = []
-    update(proc, 2, removed=[2], added=[(0, params(allow(7, 8)), [1], new0)], moved=[(1, 2, MoveDirectionality.UNIDIRECTIONAL)])
+    update(proc, 2, removed=[2], added=[(0, params(allow(7, 8)), [1], new0)],
+           moved=[(1, 2, MoveDirectionality.UNIDIRECTIONAL)])
     update(proc, 2, moved=[(2, 1, MoveDirectionality.UNIDIRECTIONAL)])
     assert allowed_rows(proc, 2) == [[7, 8], [11, 12]]  # the DFA kept its state through both moves
     update(proc, 2, moved=[(0, 1, MoveDirectionality.SWAP)])
@@ -141,7 +144,8 @@ def test_v2_adapter_tracks_prefill_decode_and_replay():
     prompt[3] = prefill[3] = 8
 
     def step(rows):  # rows: (slot, pos, input_id)
-        ctx = SimpleNamespace(expanded_idx_mapping=torch.tensor([r[0] for r in rows]), pos=torch.tensor([r[1] for r in rows]),
+        ctx = SimpleNamespace(expanded_idx_mapping=torch.tensor([r[0] for r in rows]),
+                              pos=torch.tensor([r[1] for r in rows]),
                               input_ids=torch.tensor([r[2] for r in rows]))
         logits = torch.zeros(len(rows), V)
         proc.apply(logits, ctx)
@@ -159,10 +163,10 @@ def test_v2_adapter_tracks_prefill_decode_and_replay():
     assert step([(3, 11, 11)]) == [[EOS]]
 
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import given, settings  # noqa: E402  after the importorskip guards
+from hypothesis import strategies as st  # noqa: E402  after the importorskip guards
 
-from tritonpkg_logits.reference import RefEngine  # noqa: E402
+from tritonpkg_logits.reference import RefEngine  # noqa: E402  after the importorskip guards
 
 SPECS = [None, allow(5, 6, 7), DFA, {"type": "ngram", "banned": [[10, 11]], "max_repeat": 2},
          {"type": "ban", "tokens": [10, 12]}, {"type": "choice", "choices": [" Paris", "hello"]}]
@@ -179,7 +183,6 @@ def test_random_batch_updates_match_reference(data):
 
     proc = ConstraintLogitsProcessor(config(), torch.device("cpu"), False)
     ref = RefEngine(V, [EOS], token_bytes(AutoTokenizer.from_pretrained(str(TOKENIZER)), V))
-    lists: dict[int, list[int]] = {}
     size = 0
     for _ in range(data.draw(st.integers(1, 12))):
         removed = data.draw(st.lists(st.integers(0, 5), max_size=2, unique=True))
@@ -189,7 +192,9 @@ def test_random_batch_updates_match_reference(data):
             out = data.draw(st.lists(st.sampled_from([5, 6, 10, 11, 12, 7]), max_size=4))  # re-adds carry outputs
             added.append((idx, params(spec), [1], out))
         moved = [(a, b, data.draw(st.sampled_from(list(MoveDirectionality))))
-                 for a, b in data.draw(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)).filter(lambda t: t[0] != t[1]), max_size=2))]
+                 for a, b in data.draw(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5))
+                                                .filter(lambda t: t[0] != t[1]),
+                                                max_size=2))]
         size = 6
         update(proc, size, removed, added, moved)
         for i in removed:

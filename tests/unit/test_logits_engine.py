@@ -11,12 +11,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("tritonpkg_logits._core", reason="logits_ext is not built (scripts/setup.sh builds it)")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402  after the importorskip guards
+from hypothesis import strategies as st  # noqa: E402  after the importorskip guards
 
-from tritonpkg_logits import Engine, SpecError  # noqa: E402
-from tritonpkg_logits.engine import apply_bitmask  # noqa: E402
-from tritonpkg_logits.reference import RefEngine  # noqa: E402
+from tritonpkg_logits import Engine, SpecError  # noqa: E402  after the importorskip guards
+from tritonpkg_logits.engine import apply_bitmask  # noqa: E402  after the importorskip guards
+from tritonpkg_logits.reference import RefEngine  # noqa: E402  after the importorskip guards
 
 V, EOS = 24, 23
 # Single letters make every choice spellable; longer pieces give several tokenisations; b"" = special.
@@ -39,7 +39,8 @@ def specs(draw):
         return {"type": kind, "start": draw(st.integers(0, n - 1)), "accept": sorted(accept),
                 "transitions": [[f, t, to] for (f, t), to in trans.items()]}
     if kind == "choice":
-        return {"type": kind, "choices": draw(st.lists(st.text("abc ", min_size=1, max_size=6), min_size=1, max_size=4))}
+        return {"type": kind,
+                "choices": draw(st.lists(st.text("abc ", min_size=1, max_size=6), min_size=1, max_size=4))}
     if kind == "ngram":
         grams = draw(st.lists(st.lists(st.integers(0, 6), min_size=1, max_size=3), max_size=5))
         rep = draw(st.integers(0 if grams else 1, 3))
@@ -187,7 +188,7 @@ def test_engine_masks_on_torchs_openmp_runtime():
 
 
 @pytest.mark.parametrize(
-    "spec, message",
+    ("spec", "message"),
     [
         ("{not json", "not valid JSON"),
         ({"type": "regex"}, "constraint type must be one of"),

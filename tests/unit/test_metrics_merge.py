@@ -15,9 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from tritonpkg.metrics import MergedMetricsServer, family_blocks, merge_expositions, multiproc_exposition, \
-    prepare_multiproc_dir
-from tritonpkg.runtime.ports import free_port
+from tritonpkg.metrics import (
+    MergedMetricsServer,
+    family_blocks,
+    merge_expositions,
+    multiproc_exposition,
+    prepare_multiproc_dir,
+)
+from tritonpkg.proc.ports import free_port
 
 TRITON_TEXT = """\
 # HELP nv_inference_request_success Number of successful inference requests, all batch sizes
@@ -66,8 +71,8 @@ def test_family_blocks_keep_histogram_samples_together() -> None:
 
 
 def test_merge_keeps_the_first_source_of_a_family_and_reports_the_drop() -> None:
-    vllm = "# HELP vllm:num_requests_running Running.\n# TYPE vllm:num_requests_running gauge\n" \
-           'vllm:num_requests_running{model_name="tiny_llm"} 1.0\n'
+    vllm = ("# HELP vllm:num_requests_running Running.\n# TYPE vllm:num_requests_running gauge\n"
+            'vllm:num_requests_running{model_name="tiny_llm"} 1.0\n')
     merged = merge_expositions([("triton", TRITON_TEXT), ("vllm", vllm)])
     assert type_lines(merged.text) == ["nv_inference_request_success", "nv_inference_exec_count",
                                        "vllm:num_requests_running"]
@@ -114,7 +119,7 @@ class FakeTritonMetrics:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 fake.requests += 1
                 if fake.stalls:
                     fake.released.wait(fake.stalls.pop(0))

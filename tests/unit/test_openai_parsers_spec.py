@@ -10,7 +10,7 @@ import shutil
 import pytest
 import yaml
 
-from tests.conftest import EXAMPLES
+from tests.support.paths import EXAMPLES
 from tritonpkg.errors import SpecError
 from tritonpkg.frontend.catalog import read_parser_names
 from tritonpkg.repository import package_spec
@@ -34,15 +34,16 @@ def openai_problems(repo):
     return [p for p in validate_repository(repo).problems if p.rule.startswith("openai")]
 
 
-@pytest.mark.parametrize("value, enabled, parsers", [
+@pytest.mark.parametrize(("value", "enabled", "parsers"), [
     (True, True, {}), (False, False, {}), ({"tool_call_parser": "hermes"}, True, {"tool_call_parser": "hermes"}),
     ({"enabled": False, "reasoning_parser": "qwen3"}, False, {"reasoning_parser": "qwen3"})])
 def test_openai_is_a_bool_or_a_mapping(write_spec, value, enabled, parsers):
-    spec = load_spec(write_spec({"name": "m", "version": 1, "kind": "vllm", "weights": "hf://o/m@main", "openai": value}))
+    spec = load_spec(write_spec({"name": "m", "version": 1, "kind": "vllm", "weights": "hf://o/m@main",
+                                 "openai": value}))
     assert (spec.openai_enabled, spec.openai_parsers) == (enabled, parsers)
 
 
-@pytest.mark.parametrize("value, field", [({"tool_parser": "hermes"}, "openai"),
+@pytest.mark.parametrize(("value", "field"), [({"tool_parser": "hermes"}, "openai"),
                                           ({"tool_call_parser": "../x"}, "openai.tool_call_parser"),
                                           ({"reasoning_parser": "a" * 65}, "openai.reasoning_parser")])
 def test_openai_mapping_is_strict(write_spec, value, field):
@@ -54,9 +55,11 @@ def test_openai_mapping_is_strict(write_spec, value, field):
 def test_the_lock_records_the_parsers_and_the_catalog_reads_them(tmp_path):
     repo = tmp_path / "repo"
     package_spec(load_spec(MOCK), repo)
-    serving = json.loads((repo / "tritonpkg.lock.json").read_text())["models"]["mock_tool_llm"]["versions"]["1"]["serving"]
+    lock = json.loads((repo / "tritonpkg.lock.json").read_text())
+    serving = lock["models"]["mock_tool_llm"]["versions"]["1"]["serving"]
     assert serving["openai"] is True
-    assert read_parser_names(repo, "mock_tool_llm", "1") == {"tool_call_parser": "hermes", "reasoning_parser": "deepseek_r1"}
+    assert read_parser_names(repo, "mock_tool_llm", "1") == {"tool_call_parser": "hermes",
+                                                             "reasoning_parser": "deepseek_r1"}
     assert read_parser_names(repo, "mock_tool_llm", "2") == {} and read_parser_names(None, "mock_tool_llm", "1") == {}
     (repo / "tritonpkg.lock.json").write_text("[" * 100_000)  # hostile: nested past the parser's recursion
     assert read_parser_names(repo, "mock_tool_llm", "1") == {}
@@ -65,7 +68,8 @@ def test_the_lock_records_the_parsers_and_the_catalog_reads_them(tmp_path):
 def test_a_plain_openai_true_lock_has_no_parser_entry(write_spec, tmp_path):
     spec = write_spec({"name": "m", "version": 1, "kind": "vllm", "weights": "hf://o/m@main", "openai": True})
     package_spec(load_spec(spec), tmp_path / "repo")
-    serving = json.loads((tmp_path / "repo" / "tritonpkg.lock.json").read_text())["models"]["m"]["versions"]["1"]["serving"]
+    lock = json.loads((tmp_path / "repo" / "tritonpkg.lock.json").read_text())
+    serving = lock["models"]["m"]["versions"]["1"]["serving"]
     assert serving == {"execution_mode": "embedded", "openai": True}
 
 

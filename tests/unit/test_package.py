@@ -12,30 +12,14 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 from typer.testing import CliRunner
 
+from tests.support.minilm import MINILM
+from tests.support.paths import EXAMPLES
+from tests.support.specs import HOOKS, custom_spec
+from tests.support.wheels import make_wheel
 from tritonpkg.cli import app
 from tritonpkg.errors import PackageError, SpecError
 from tritonpkg.repository import LOCK_NAME, package_spec, verify_lock
 from tritonpkg.spec import load_spec
-from tests.conftest import EXAMPLES, MINILM
-from tests.plugin_wheels import make_wheel
-
-HOOKS = "import numpy as np\n\ndef model(inputs):\n    return {'Y': inputs['X'] * 2}\n"
-
-
-def custom_spec(version: int = 1, **extra) -> dict:
-    return {
-        "name": "double",
-        "version": version,
-        "kind": "python",
-        "python": {
-            "template": "custom",
-            "parameters": {"module": "hooks.py"},
-            "files": ["hooks.py"],
-            "inputs": [{"name": "X", "data_type": "FP32", "dims": [4]}],
-            "outputs": [{"name": "Y", "data_type": "FP32", "dims": [4]}],
-        },
-        **extra,
-    }
 
 
 def tree(root: Path) -> dict[str, str]:
@@ -134,7 +118,7 @@ def test_an_exception_mid_write_leaves_no_trace(write_spec, tmp_path, monkeypatc
         raise OSError("disk full")
 
     monkeypatch.setattr(lock_mod, "dumps", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match="disk full"):
         package_spec(load_spec(write_spec(custom_spec(2), folder="v2", extra_files={"hooks.py": HOOKS})), repo)
     assert tree(repo) == before
     assert sorted(os.listdir(tmp_path)) == ["r", "spec", "v2"]
@@ -220,8 +204,8 @@ def test_validate_warns_when_files_drift_from_the_lock(write_spec, tmp_path):
 
 
 def test_the_lock_records_how_the_package_asks_to_be_served(write_spec, tmp_path):
-    """`tritonpkg serve` reads execution_mode and openai from here (tritonpkg.runtime.startup.packaged_serving)."""
-    from tritonpkg.runtime.startup import packaged_serving
+    """`tritonpkg serve` reads execution_mode and openai from here (tritonpkg.serve.plan.packaged_serving)."""
+    from tritonpkg.serve.plan import packaged_serving
 
     repo = tmp_path / "r"
     package_spec(load_spec(write_spec(custom_spec(1, execution_mode="separate", openai=True),
@@ -237,7 +221,7 @@ def test_embedding_templates_refuse_weights_their_engine_cannot_load(write_spec,
 
     import yaml
 
-    from tests.conftest import make_cross_encoder
+    from tests.support.encoders import make_cross_encoder
 
     data = yaml.safe_load((EXAMPLES / "minilm-embeddings-template" / "scoring" / "tritonpkg.yaml").read_text())
     two = make_cross_encoder(tmp_path / "two-labels", num_labels=2)

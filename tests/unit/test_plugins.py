@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.plugin_wheels import make_venv, make_wheel
+from tests.support.wheels import make_venv, make_wheel
 from tritonpkg.plugins import PluginError, install_bundled, read_wheel, record_for
-from tritonpkg.plugins.install import plan_checks, pinned_packages
+from tritonpkg.plugins.install import pinned_packages, plan_checks
 from tritonpkg.plugins.requires import unmet_requirements
 from tritonpkg.plugins.target import probe
 
@@ -26,7 +26,7 @@ def target_python(tmp_path_factory) -> str:
 
 
 def _pip_show(python: str, name: str) -> str | None:
-    out = subprocess.run([python, "-m", "pip", "show", name], capture_output=True, text=True).stdout
+    out = subprocess.run([python, "-m", "pip", "show", name], capture_output=True, text=True, check=False).stdout
     return next((line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("Version: ")), None)
 
 
@@ -83,8 +83,9 @@ def test_install_bundled_installs_is_idempotent_and_replaces(tmp_path, target_py
     first = install_bundled(wheels, python=target_python, pinned=[])
     assert [(p.name, p.version, p.action) for p in first] == [("demo-plugin", "0.1.0", "installed")]
     assert first[0].site_packages.startswith(str(Path(target_python).parent.parent))
-    seen = subprocess.run([target_python, "-c", "from importlib.metadata import entry_points as e;"
-                           f"print([x.value for x in e(group='{GROUP}')])"], capture_output=True, text=True).stdout
+    seen = subprocess.run([target_python, "-c", ("from importlib.metadata import entry_points as e;"
+                           f"print([x.value for x in e(group='{GROUP}')])")], capture_output=True, text=True,
+                          check=False).stdout
     assert "demo_plugin:Processor" in seen
 
     again = install_bundled(wheels, python=target_python, pinned=[])
@@ -117,7 +118,7 @@ def test_install_bundled_checks_wheels_against_the_lock(tmp_path, target_python)
     with pytest.raises(PluginError, match="sha256 differs from the lock"):
         install_bundled(wheels, python=target_python, lock=tampered, pinned=[])
     path.unlink()
-    with pytest.raises(PluginError, match="missing from the package: locked_plugin-0.1.0-py3-none-any.whl"):
+    with pytest.raises(PluginError, match=r"missing from the package: locked_plugin-0.1.0-py3-none-any.whl"):
         install_bundled(wheels, python=target_python, lock=lock, pinned=[])
     assert install_bundled(tmp_path / "no-wheels", python=target_python) == []
 

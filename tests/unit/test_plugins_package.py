@@ -9,8 +9,8 @@ import tarfile
 
 import pytest
 
-from tests.plugin_wheels import make_wheel
-from tests.unit.test_package import HOOKS, custom_spec
+from tests.support.specs import HOOKS, custom_spec
+from tests.support.wheels import make_wheel
 from tritonpkg.errors import PackageError
 from tritonpkg.plugins import recorded_plugins
 from tritonpkg.repository import LOCK_NAME, package_spec

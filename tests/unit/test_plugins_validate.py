@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.plugin_wheels import make_venv, make_wheel
-from tests.unit.test_package import HOOKS, custom_spec
+from tests.support.specs import HOOKS, custom_spec
+from tests.support.wheels import make_venv, make_wheel
 from tritonpkg import compat
 from tritonpkg.plugins import install_bundled
 from tritonpkg.repository import package_spec
@@ -63,12 +63,14 @@ def test_interface_checks_for_v1_and_v2_runners(overlay_python):
     specs += [EntryPointSpec(GROUP, "tritonpkg_constraints", adapter, "v2", "t1"),
               EntryPointSpec(GROUP, "good", "bad_procs:Good", "v2", "t1"),
               EntryPointSpec(GROUP, "good", "bad_procs:Good", "v0-per-request", "t1")]
-    got = {(s.name, s.interface): r for s, r in zip(specs, check_entry_points(overlay_python, specs))}
+    got = {(s.name, s.interface): r for s, r in zip(specs, check_entry_points(overlay_python, specs), strict=False)}
     assert got[("good", "v1")].ok and got[("tritonpkg_constraints", "v2")].ok
     assert got[("no_argmax", "v1")].interface_errors == ("leaves abstract: is_argmax_invariant",)
     assert "apply() cannot take 1 argument(s)" in got[("wrong_apply", "v1")].interface_errors[0]
-    assert "is not a subclass of vllm.v1.sample.logits_processor.LogitsProcessor" in got[("plain", "v1")].interface_errors[0]
-    assert "ModuleNotFoundError" in got[("missing", "v1")].load_error and "bad_procs_nowhere" in got[("missing", "v1")].load_error
+    assert ("is not a subclass of vllm.v1.sample.logits_processor.LogitsProcessor"
+            in got[("plain", "v1")].interface_errors[0])
+    missing = got[("missing", "v1")].load_error
+    assert "ModuleNotFoundError" in missing and "bad_procs_nowhere" in missing
     v2 = " ".join(got[("good", "v2")].interface_errors)
     assert "not a subclass of vllm.v1.worker.gpu.sample.logits_processor.interface.LogitsProcessor" in v2
     assert "no entry-point processors" in got[("good", "v0-per-request")].interface_errors[0]
@@ -103,7 +105,8 @@ def test_validate_reports_each_broken_entry_point_of_an_installed_plugin(write_s
 
 def test_validate_accepts_the_installed_logits_ext_and_flags_an_uninstalled_bundled_plugin(write_spec, tmp_path):
     if importlib.util.find_spec("tritonpkg_logits") is None:
-        (pytest.fail if os.environ.get("CI") else pytest.skip)("logits_ext is not installed (scripts/setup.sh builds it)")
+        (pytest.fail if os.environ.get("CI") else pytest.skip)(
+            "logits_ext is not installed (scripts/setup.sh builds it)")
     make_wheel(tmp_path / "spec", "later-plugin", entry_points={GROUP: {"x": "later_plugin:X"}})
     repo = _packaged(write_spec, tmp_path, [{"name": "tritonpkg-logits-ext"},
                                             {"name": "later-plugin", "wheel": "later_plugin-0.1.0-py3-none-any.whl"}])

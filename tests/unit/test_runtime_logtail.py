@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tritonpkg.runtime.logtail import error_lines, tail
+from tritonpkg.proc.logtail import error_lines, tail
 
 LOG = '''W1129 21:14:14.297021 5011 pinned_memory_manager.cc:273] "Unable to allocate pinned system memory"
 E1129 21:14:14.297162 5011 server.cc:241] "CudaDriverHelper has not been initialized."

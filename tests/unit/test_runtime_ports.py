@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tritonpkg.errors import RuntimeSetupError
-from tritonpkg.runtime import Runtime, TritonServer, free_ports
-from tritonpkg.runtime.ports import port_in_use
+from tritonpkg.proc.ports import free_ports, port_in_use
+from tritonpkg.runtime import Runtime, TritonServer
 
 
 def test_free_ports_are_distinct_and_bindable() -> None:
@@ -49,7 +49,7 @@ def test_constructor_checks_repository_and_mode(tmp_path: Path) -> None:
     with pytest.raises(RuntimeSetupError, match="model repository not found"):
         TritonServer(tmp_path / "missing")
     with pytest.raises(RuntimeSetupError) as err:
-        TritonServer(tmp_path, model_control="poll")  # type: ignore[arg-type]
+        TritonServer(tmp_path, model_control="dynamic")  # type: ignore[arg-type]
     assert err.value.field == "model_control"
     with pytest.raises(RuntimeSetupError) as err:
         TritonServer(tmp_path, load_models=["m"])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tritonpkg.runtime.supervisor import ProcessGroup
+from tritonpkg.proc.group import ProcessGroup
 
 
 def _autogroup(pid: int | str) -> str | None:

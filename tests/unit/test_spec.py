@@ -5,10 +5,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from tests.support.paths import EXAMPLES
 from tritonpkg.cli import app
 from tritonpkg.errors import SpecError
 from tritonpkg.spec import Spec, load_spec
-from tests.conftest import EXAMPLES
 
 PY = {
     "name": "m",
@@ -61,7 +61,7 @@ def test_yaml_syntax_error_has_line_and_column(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "patch, message",
+    ("patch", "message"),
     [
         ({"kind": "vllm"}, "kind 'vllm' takes 'engine_args', not a 'python' section"),
         ({"python": None}, "kind 'python' needs a 'python' section"),

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLES
+from tests.support.paths import EXAMPLES
 from tritonpkg.errors import RuntimeSetupError, TritonpkgError
-from tritonpkg.runtime.startup import PackageFacts, StartupOptions, packaged_serving, plan_serve, plan_startup
-from tritonpkg.runtime.weights import WeightsAction, ensure_weights, plan_weights
+from tritonpkg.serve.plan import PackageFacts, StartupOptions, packaged_serving, plan_serve, plan_startup
+from tritonpkg.serve.weights import WeightsAction, ensure_weights, plan_weights
 
 SERVE_ORDER = ["weights", "metrics_dir", "triton", "metrics"]
 
@@ -144,7 +144,7 @@ def test_remote_weights_are_materialized_and_model_json_points_at_the_copy(tmp_p
 
 def test_a_refused_archive_stops_start_up_and_leaves_no_state(tmp_path: Path) -> None:
     from tritonpkg.repository import package_spec
-    from tritonpkg.runtime.stack import ServingStack
+    from tritonpkg.serve.stack import ServingStack
     from tritonpkg.spec import load_spec
 
     archive = package_spec(load_spec(EXAMPLES / "sentiment-custom"), tmp_path / "repo",
@@ -160,7 +160,7 @@ def test_a_refused_archive_stops_start_up_and_leaves_no_state(tmp_path: Path) ->
 
 
 def test_missing_weights_stop_start_up_before_triton(tmp_path: Path) -> None:
-    from tritonpkg.runtime.stack import ServingStack
+    from tritonpkg.serve.stack import ServingStack
 
     repo = tmp_path / "repo"
     (repo / "llm" / "1").mkdir(parents=True)
@@ -174,11 +174,11 @@ def test_missing_weights_stop_start_up_before_triton(tmp_path: Path) -> None:
 
 
 def test_a_bundled_plugin_that_does_not_fit_stops_start_up_before_installing(write_spec, tmp_path: Path) -> None:
-    from tests.plugin_wheels import make_wheel
-    from tests.unit.test_package import HOOKS, custom_spec
+    from tests.support.specs import HOOKS, custom_spec
+    from tests.support.wheels import make_wheel
     from tritonpkg.plugins import PluginError
     from tritonpkg.repository import package_spec
-    from tritonpkg.runtime.stack import ServingStack
+    from tritonpkg.serve.stack import ServingStack
     from tritonpkg.spec import load_spec
 
     make_wheel(tmp_path / "spec", requires=("tritonpkg-test-absent-dist>=1",),
@@ -198,7 +198,7 @@ def test_a_bundled_plugin_that_does_not_fit_stops_start_up_before_installing(wri
 
 
 def test_the_cli_help_states_the_library_defaults() -> None:
-    from tritonpkg.runtime.unpack import UnpackLimits
+    from tritonpkg.serve.unpack import UnpackLimits
 
     assert UnpackLimits().max_members == 20000 and UnpackLimits().max_bytes == 4 << 30  # as --help says
     assert StartupOptions(source=Path("x")).max_members == UnpackLimits().max_members

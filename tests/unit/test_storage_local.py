@@ -113,7 +113,7 @@ def test_bad_inputs(tmp_path):
     done = materialize(str(_model(tmp_path / "m", {"w": b"1"})), tmp_path / "root")
     again = materialize(str(done.path), tmp_path / "root2")  # a materialization as a source: markers skipped
     assert again.files == 1
-    with pytest.raises(StorageError, match="name '../x' cannot be a folder name"):
+    with pytest.raises(StorageError, match=r"name '../x' cannot be a folder name"):
         materialize(str(_model(tmp_path / "ok", {"w": b"1"})), tmp_path / "root", name="../x")
     with pytest.raises(StorageError, match="source directory not found"):
         materialize(str(tmp_path / "missing"), tmp_path / "root")
@@ -141,7 +141,8 @@ def test_s3_errors_say_what_to_fix():
     assert "s3:ListBucket" in str(translate(denied, "s3://b/p", "list"))
     assert "s3:GetObject" in str(translate(denied, "s3://b/p/k", "read"))
     assert "no AWS credentials" in str(translate(NoCredentialsError(), "s3://b/p", "list"))
-    gone = ClientError({"Error": {"Code": "PreconditionFailed"}, "ResponseMetadata": {"HTTPStatusCode": 412}}, "GetObject")
+    gone = ClientError({"Error": {"Code": "PreconditionFailed"}, "ResponseMetadata": {"HTTPStatusCode": 412}},
+                       "GetObject")
     assert "changed or disappeared" in str(translate(gone, "s3://b/p/k", "read"))
 
 

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLES
+from tests.support.paths import EXAMPLES
 from tritonpkg.repository import archive as archive_mod
 from tritonpkg.repository import package_spec
-from tritonpkg.runtime.unpack import (LockMismatchError, UnpackLimits, UnsafeArchiveError, unpack_archive,
-                                      verify_unpacked)
+from tritonpkg.serve.unpack import LockMismatchError, UnpackLimits, UnsafeArchiveError, unpack_archive, verify_unpacked
 from tritonpkg.spec import load_spec
 
 
@@ -46,7 +45,8 @@ def place(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def refuse(place: Path, members: list[tuple], match: str, limits: UnpackLimits = UnpackLimits()) -> str:
+def refuse(place: Path, members: list[tuple], match: str, limits: UnpackLimits | None = None) -> str:
+    limits = limits or UnpackLimits()
     archive = make_tar(place / "pkg.tar.gz", members)
     target = place / "work" / "pkg"
     with pytest.raises(UnsafeArchiveError, match=match) as info:
@@ -101,7 +101,7 @@ def test_size_bomb_is_refused_before_it_is_inflated(place: Path) -> None:
     bomb = b"\0" * (8 << 20)  # 8 MiB of zeros: a few KiB compressed
     archive = make_tar(place / "pkg.tar.gz", [member("small.txt", b"x" * 100), member("bomb.bin", bomb)])
     assert archive.stat().st_size < 64 << 10
-    with pytest.raises(UnsafeArchiveError, match="expanded size passes 1048576 bytes at member 'bomb.bin'"):
+    with pytest.raises(UnsafeArchiveError, match=r"expanded size passes 1048576 bytes at member 'bomb.bin'"):
         unpack_archive(archive, place / "work" / "pkg", UnpackLimits(max_bytes=1 << 20))
     assert list((place / "work").iterdir()) == []
 
@@ -191,13 +191,13 @@ def test_an_extra_or_missing_file_is_named(real_package: Path, tmp_path: Path) -
 def test_a_package_without_lock_is_refused(real_package: Path, tmp_path: Path) -> None:
     rewrite(real_package, lambda f: f.pop("repository/tritonpkg.lock.json"))
     out = unpack_archive(real_package, tmp_path / "served")
-    with pytest.raises(LockMismatchError, match="has no repository/tritonpkg.lock.json"):
+    with pytest.raises(LockMismatchError, match=r"has no repository/tritonpkg.lock.json"):
         verify_unpacked(out, real_package)
 
 
 def test_a_swapped_plugin_wheel_is_named(write_spec, tmp_path: Path) -> None:
-    from tests.plugin_wheels import make_wheel
-    from tests.unit.test_package import HOOKS, custom_spec
+    from tests.support.specs import HOOKS, custom_spec
+    from tests.support.wheels import make_wheel
 
     wheel = "demo_plugin-0.1.0-py3-none-any.whl"
     make_wheel(tmp_path / "spec", entry_points={"vllm.logits_processors": {"demo": "demo_plugin:Processor"}})

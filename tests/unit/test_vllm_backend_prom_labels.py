@@ -8,7 +8,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "backends" / "vllm"))
-from prom_labels import with_labels  # noqa: E402
+from prom_labels import with_labels
 
 EXTRA = {"model": "tiny_llm", "version": "1"}
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import sysconfig
+import venv
 import zipfile
 from pathlib import Path
 
@@ -26,7 +28,7 @@ def make_wheel(
     """`name` installs a module `<name with _>` holding `module_source`; entry points as group -> name -> obj."""
     mod = name.replace("-", "_")
     info = f"{mod}-{version}.dist-info"
-    meta = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
     meta += [f"Requires-Dist: {r}" for r in requires]
     eps = "".join(f"[{g}]\n" + "".join(f"{k} = {v}\n" for k, v in names.items()) + "\n"
                   for g, names in (entry_points or {}).items())
@@ -47,13 +49,11 @@ def make_wheel(
     return path
 
 
-def make_venv(root: Path, overlay: Path | None = None) -> str:
-    """A fresh venv with pip; with `overlay` (a site-packages folder) its packages are importable too, so
-    a test can install a plugin beside the project's vLLM without touching the project's .venv."""
-    import sysconfig
-    import venv
-
-    venv.EnvBuilder(with_pip=True).create(root)
+def make_venv(root: Path, overlay: Path | None = None, *, pip: bool = True) -> str:
+    """A fresh venv (with pip unless told); with `overlay` (a site-packages folder) its packages are
+    importable too, after the venv's own, so a test can install a plugin (or tritonpkg itself) beside the
+    project's vLLM without touching the project's .venv. Returns its python."""
+    venv.EnvBuilder(with_pip=pip).create(root)
     if overlay is not None:
         purelib = sysconfig.get_path("purelib", vars={"base": str(root), "platbase": str(root)})
         (Path(purelib) / "_overlay.pth").write_text(f"{overlay}\n")
