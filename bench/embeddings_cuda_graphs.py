@@ -20,7 +20,11 @@ import importlib.util
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import torch
 
@@ -31,18 +35,20 @@ MINILM_CONFIG = {  # sentence-transformers/all-MiniLM-L6-v2 config.json (the fie
 }
 
 
-def load_core():
+def load_core() -> ModuleType:
     """tritonpkg/embedding as a standalone package `embedcore` (as the packager vendors it)."""
     folder = Path(__file__).resolve().parent.parent / "tritonpkg" / "embedding"
     spec = importlib.util.spec_from_file_location("embedcore", folder / "__init__.py",
                                                   submodule_search_locations=[str(folder)])
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{folder / '__init__.py'}: not loadable as a Python package (expected tritonpkg/embedding)")
     module = importlib.util.module_from_spec(spec)
     sys.modules["embedcore"] = module
     spec.loader.exec_module(module)
     return module
 
 
-def timed(fn, iters: int, warmup: int = 20) -> list[float]:
+def timed(fn: Callable[[], object], iters: int, warmup: int = 20) -> list[float]:
     for _ in range(warmup):
         fn()
     out = []
@@ -57,6 +63,32 @@ def pct(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100)[int(q) - 1] if len(values) > 1 else values[0]
 
 
+def measure(core: ModuleType, model: Any, n: int, iters: int) -> tuple[dict[str, list[float]], float]:
+    """Times every path for one request of `n` tokens; also returns max |graph - eager| over the vectors."""
+    graphs = importlib.import_module("embedcore.graphs")
+    ids = [101] + [1000 + (i * 7) % 20000 for i in range(n - 2)] + [102]
+    runner = graphs.GraphRunner(model.encode_static, graphs.BucketCache())
+
+    def eager() -> torch.Tensor:
+        return model.encode(core.pack([ids])).cpu()
+
+    def static(graph: bool) -> torch.Tensor:
+        p = core.pack([ids], pad_to=graphs.bucket_tokens(n)).to("cuda")
+        return (runner.run(p) if graph else model.encode_static(p)).cpu()
+
+    ref = eager()
+    graph_out = [static(True) for _ in range(3)][-1]  # eager, capture, replay
+    assert runner.cache.stats.replays >= 1, runner.cache.stats
+    diff = (graph_out - ref).abs().max().item()
+    paths = {"eager": timed(eager, iters), "eager-static": timed(lambda: static(False), iters),
+             "graph": timed(lambda: static(True), iters)}
+    for use_graphs in (False, True):
+        engine = core.EmbeddingEngine(model, 512, cuda_graphs=use_graphs)
+        paths["engine-" + ("graph" if use_graphs else "eager")] = timed(partial(engine.embed, [ids]), iters)
+        engine.close()
+    return paths, diff
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, nargs="+", default=[32, 128])
@@ -67,35 +99,17 @@ def main() -> int:
         print("no CUDA device: this benchmark needs a GPU")
         return 2
     core = load_core()
-    from embedcore.encoder import PackedBert
-    from embedcore.graphs import BucketCache, GraphRunner, bucket_tokens
-
-    model = PackedBert.from_pretrained(args.weights) if args.weights else PackedBert.random(MINILM_CONFIG)
+    # embedcore is only a name in sys.modules (load_core), so its submodules are looked up by name
+    encoder = importlib.import_module("embedcore.encoder")
+    bert = encoder.PackedBert
+    model = bert.from_pretrained(args.weights) if args.weights else bert.random(MINILM_CONFIG)
     model = model.cuda().eval()
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, "
           f"{'weights ' + args.weights if args.weights else 'MiniLM shape, random weights'}")
-    rows, ok = [], True
+    rows: list[tuple[int, str, float | None, float | None]] = []
+    ok = True
     for n in args.tokens:
-        ids = [101] + [1000 + (i * 7) % 20000 for i in range(n - 2)] + [102]
-        runner = GraphRunner(model.encode_static, BucketCache())
-
-        def eager():
-            return model.encode(core.pack([ids])).cpu()
-
-        def static(graph: bool):
-            p = core.pack([ids], pad_to=bucket_tokens(n)).to("cuda")
-            return (runner.run(p) if graph else model.encode_static(p)).cpu()
-
-        ref = eager()
-        graph_out = [static(True) for _ in range(3)][-1]  # eager, capture, replay
-        assert runner.cache.stats.replays >= 1, runner.cache.stats
-        diff = (graph_out - ref).abs().max().item()
-        paths = {"eager": timed(eager, args.iters), "eager-static": timed(lambda: static(False), args.iters),
-                 "graph": timed(lambda: static(True), args.iters)}
-        for graphs in (False, True):
-            engine = core.EmbeddingEngine(model, 512, cuda_graphs=graphs)
-            paths["engine-" + ("graph" if graphs else "eager")] = timed(lambda: engine.embed([ids]), args.iters)
-            engine.close()
+        paths, diff = measure(core, model, n, args.iters)
         ratio = statistics.median(paths["eager"]) / statistics.median(paths["graph"])
         engine_ratio = statistics.median(paths["engine-eager"]) / statistics.median(paths["engine-graph"])
         ok &= ratio >= 2.0
@@ -109,7 +123,8 @@ def main() -> int:
             print(f"{n:>6}  {name}")
         else:
             print(f"{n:>6}  {name:<14} {p50:8.3f} {p90:8.3f}")
-    print("PASS: graph replay p50 >= 2x lower than eager" if ok else "FAIL: graph replay p50 is not 2x lower than eager")
+    print("PASS: graph replay p50 >= 2x lower than eager" if ok
+          else "FAIL: graph replay p50 is not 2x lower than eager")
     return 0 if ok else 1
 
 

@@ -22,6 +22,7 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -30,9 +31,9 @@ VOCABS = (32000, 128256)
 K = 50
 
 
-def timeit(fn, budget_s: float = 0.25, max_iter: int = 60) -> float:
+def timeit(fn: Callable[[], object], budget_s: float = 0.25, max_iter: int = 60) -> float:
     fn()
-    times = []
+    times: list[float] = []
     start = time.perf_counter()
     while len(times) < 3 or (time.perf_counter() - start < budget_s and len(times) < max_iter):
         t0 = time.perf_counter()
@@ -44,14 +45,16 @@ def timeit(fn, budget_s: float = 0.25, max_iter: int = 60) -> float:
 class V0MaskProcessor:
     """A per-request processor as vLLM V0 shipped them: called per row with (output ids, row)."""
 
-    def __init__(self, ids: list[int], ban: bool):
-        self.ids, self.ban, self.mask = ids, ban, None
+    def __init__(self, ids: list[int], ban: bool) -> None:
+        self.ids, self.ban = ids, ban
+        self.mask: torch.Tensor | None = None
 
     def __call__(self, output_ids: list[int], row: torch.Tensor) -> torch.Tensor:
-        if self.mask is None:
-            self.mask = torch.full((row.shape[-1],), not self.ban, dtype=torch.bool)
-            self.mask[self.ids] = self.ban
-        return row.masked_fill_(self.mask, float("-inf"))
+        mask = self.mask
+        if mask is None:
+            mask = self.mask = torch.full((row.shape[-1],), not self.ban, dtype=torch.bool)
+            mask[self.ids] = self.ban
+        return row.masked_fill_(mask, float("-inf"))
 
 
 def bench_cell(b: int, v: int, case: str, gen: torch.Generator, rounds: int = 5) -> dict[str, float]:
@@ -63,11 +66,12 @@ def bench_cell(b: int, v: int, case: str, gen: torch.Generator, rounds: int = 5)
     logits = torch.randn(b, v, generator=gen)
     eng = Engine(v, [0])
     for row, r in enumerate(ids):
-        spec = {"type": "allow", "tokens": r.tolist(), "eos": False} if case == "allow50" else {"type": "ban", "tokens": r.tolist()}
+        allow = {"type": "allow", "tokens": r.tolist(), "eos": False}
+        spec = allow if case == "allow50" else {"type": "ban", "tokens": r.tolist()}
         eng.set_row(row, eng.compile(spec))
     neg = float("-inf")
 
-    def python_rows():
+    def python_rows() -> None:
         for row, r in enumerate(ids):
             x = logits[row]
             if case == "allow50":
@@ -78,9 +82,9 @@ def bench_cell(b: int, v: int, case: str, gen: torch.Generator, rounds: int = 5)
                 x[r] = neg
 
     procs = [V0MaskProcessor(r.tolist(), ban=case != "allow50") for r in ids]
-    outputs = [[] for _ in ids]
+    outputs: list[list[int]] = [[] for _ in ids]
 
-    def v0_rows():
+    def v0_rows() -> None:
         for row, proc in enumerate(procs):
             logits[row] = proc(outputs[row], logits[row])
 
@@ -96,8 +100,8 @@ def bench_cell(b: int, v: int, case: str, gen: torch.Generator, rounds: int = 5)
     # seconds, and one method timed after another differed by up to 2x between runs.
     samples: dict[str, list[float]] = {k: [] for k in methods}
     names = list(methods)
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
+    for i in range(rounds):
+        for name in names[i % len(names):] + names[:i % len(names)]:
             samples[name].append(timeit(methods[name], budget_s=0.1, max_iter=30))
     return {k: statistics.median(vs) for k, vs in samples.items()}
 
@@ -116,10 +120,13 @@ def vllm_decode(n: int = 16, max_tokens: int = 128, rounds: int = 8) -> dict[str
 
     here = Path(__file__).resolve().parent.parent / "examples" / "tiny-llm" / "make_tiny_llm.py"
     spec = importlib.util.spec_from_file_location("make_tiny_llm", here)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{here}: not loadable as a Python module (expected the tiny-llm example's generator)")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     model = mod.make(Path(tempfile.mkdtemp()) / "tiny")
-    llm = LLM(model=str(model), enforce_eager=True, max_model_len=256, max_num_seqs=n, seed=0, block_size=32, dtype="bfloat16")
+    llm = LLM(model=str(model), enforce_eager=True, max_model_len=256, max_num_seqs=n, seed=0, block_size=32,
+              dtype="bfloat16")
     prompts = [f"hello world {i}" for i in range(n)]
     constraints = [{"type": "allow", "tokens": list(range(3 + i, 53 + i))} for i in range(n)]
     params = {
@@ -136,7 +143,7 @@ def vllm_decode(n: int = 16, max_tokens: int = 128, rounds: int = 8) -> dict[str
             outs = llm.generate(prompts, params[label], use_tqdm=False)
             tps[label].append(sum(len(o.outputs[0].token_ids) for o in outs) / (time.perf_counter() - t0))
     result = {label: statistics.median(v) for label, v in tps.items()}
-    result["ratio"] = statistics.median(on / off for on, off in zip(tps["on"], tps["off"]))
+    result["ratio"] = statistics.median(on / off for on, off in zip(tps["on"], tps["off"], strict=True))
     return result
 
 
@@ -151,21 +158,22 @@ def main() -> None:
     from rich.table import Table
 
     gen = torch.Generator().manual_seed(0)
-    rows = []
+    cells: list[tuple[str, int, int, dict[str, float]]] = []
     for case in ("allow50", "mostly"):
         for v in VOCABS:
             for b in (1, 32, 256) if args.quick else BATCHES:
-                r = bench_cell(b, v, case, gen, args.rounds)
-                rows.append({"case": case, "B": b, "V": v, **r})
-                print(f"{case} B={b} V={v}: " + ", ".join(f"{k}={x:.0f}us" for k, x in r.items()), flush=True)
+                us = bench_cell(b, v, case, gen, args.rounds)
+                cells.append((case, b, v, us))
+                print(f"{case} B={b} V={v}: " + ", ".join(f"{k}={x:.0f}us" for k, x in us.items()), flush=True)
     table = Table(title=f"constraint masking per step, median µs ({torch.get_num_threads()} torch threads)")
     for col in ("case", "B", "V", "floor", "C++", "C++/row", "python", "V0", "xgrammar", "C++/floor", "python/C++",
                 "V0/C++", "xgr/C++"):
         table.add_column(col, justify="right")
-    for r in rows:
-        table.add_row(r["case"], str(r["B"]), str(r["V"]), f"{r['floor']:.0f}", f"{r['cpp']:.0f}", f"{r['cpp'] / r['B']:.1f}",
+    for case, b, v, r in cells:
+        table.add_row(case, str(b), str(v), f"{r['floor']:.0f}", f"{r['cpp']:.0f}", f"{r['cpp'] / b:.1f}",
                       f"{r['python']:.0f}", f"{r['v0']:.0f}", f"{r['xgr']:.0f}", f"{r['cpp'] / r['floor']:.2f}x",
                       f"{r['python'] / r['cpp']:.1f}x", f"{r['v0'] / r['cpp']:.1f}x", f"{r['xgr'] / r['cpp']:.1f}x")
+    rows: list[dict[str, str | int | float]] = [{"case": case, "B": b, "V": v, **us} for case, b, v, us in cells]
     Console(width=160).print(table)
     if args.vllm:
         tps = vllm_decode()

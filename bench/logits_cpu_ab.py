@@ -43,7 +43,8 @@ def cell(b: int, v: int, repeats: int, gen: torch.Generator) -> dict[str, float]
     x = torch.randn(b, v, generator=gen)
     neg = float("-inf")
     threads = torch.get_num_threads()
-    out: dict[str, list[float]] = {k: [] for k in ("floor", "floor_1t", "engine", "serial", "floor_cold", "engine_cold")}
+    out: dict[str, list[float]] = {k: [] for k in ("floor", "floor_1t", "engine", "serial", "floor_cold",
+                                                   "engine_cold")}
     for _ in range(repeats):  # interleaved, so drift on a shared machine hits every method alike
         out["floor"].append(timeit(lambda: x.fill_(neg)))
         out["engine"].append(timeit(lambda: team.apply(x)))
@@ -63,8 +64,10 @@ def main() -> None:
     args = ap.parse_args()
     gen = torch.Generator().manual_seed(0)
     rows = [{"B": b, "V": v, **cell(b, v, args.repeats, gen)} for v in VOCABS for b in BATCHES]
-    print(f"allow-50 masking, median µs; torch threads {torch.get_num_threads()}; cold = {IDLE_S * 1e3:.0f} ms idle before each call")
-    head = ("B", "V", "floor", "engine", "engine/floor", "floor 1t", "engine 1t", "floor cold", "engine cold", "cold ratio")
+    print(f"allow-50 masking, median µs; torch threads {torch.get_num_threads()}; "
+          f"cold = {IDLE_S * 1e3:.0f} ms idle before each call")
+    head = ("B", "V", "floor", "engine", "engine/floor", "floor 1t", "engine 1t", "floor cold", "engine cold",
+            "cold ratio")
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     for r in rows:
         print(f"| {r['B']} | {r['V']} | {r['floor']:.0f} | {r['engine']:.0f} | {r['engine'] / r['floor']:.2f}x | "

@@ -50,7 +50,7 @@ def build(b: int, v: int, gen: torch.Generator):
             a, b2 = ids[0], ids[1]
             spec = {"type": "token_dfa", "start": 0, "accept": [2],
                     "transitions": [[0, a, 1], [1, b2, 2], *[[1, t, 1] for t in ids[2:10]], [2, a, 1]]}
-            out = [a] + ids[2:2 + row % 3]
+            out = [a, *ids[2:2 + row % 3]]
         elif kind == 3:
             spec = {"type": "ngram", "banned": [[ids[0], ids[1]], [ids[2]]], "max_repeat": 2}
             out = [ids[0]] if row % 2 else [ids[3], ids[3]]
@@ -90,7 +90,8 @@ def check_cell(b: int, v: int, device: torch.device, iters: int) -> dict:
     ref = logits0.clone()
     eng.apply(ref)  # the CPU in-place path; also brings every row's state up to date
     banned = torch.isneginf(ref) & ~torch.isneginf(logits0)
-    res: dict = {"B": b, "V": v, "masked": int(banned.sum()), "kernel_path": "triton" if triton_available(logits0.to(device)) else "torch"}
+    res: dict = {"B": b, "V": v, "masked": int(banned.sum()),
+                 "kernel_path": "triton" if triton_available(logits0.to(device)) else "torch"}
 
     x = logits0.to(device)
     eng.apply_any(x) if device.type != "cpu" else apply_bitmask(x, eng.bitmask(b), v)

@@ -24,15 +24,13 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from tests.integration.s3_fixtures import start_moto, stop  # noqa: E402
+from tritonpkg.devtools.s3 import MotoS3
 
 MiB = 1 << 20
 BUCKET = "bench-models"
 
 
-def upload(server, mib: int, files: int) -> int:
+def upload(server: MotoS3, mib: int, files: int) -> int:
     from boto3.s3.transfer import TransferConfig
 
     s3 = server.client()
@@ -52,13 +50,13 @@ def upload(server, mib: int, files: int) -> int:
 
 def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
     start = time.monotonic()
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"{cmd[:3]} failed: {out.stderr[-2000:]}")
     return time.monotonic() - start, out.stdout
 
 
-def run_awscli(server, dest: Path, env, part_size: int | None = None, concurrency: int | None = None) -> float:
+def run_awscli(server: MotoS3, dest: Path, env, part_size: int | None = None, concurrency: int | None = None) -> float:
     """awscli with its defaults (8 MiB parts, 10 requests), or with the given part size and concurrency."""
     if part_size is not None:
         config = dest.parent / "awscli-config"
@@ -105,7 +103,7 @@ def main() -> None:
 
     console = Console()
     work = Path(tempfile.mkdtemp(prefix="bench-materialize-"))
-    proc, server = start_moto(work / "moto.log")
+    server = MotoS3.start(work / "moto.log")
     env = {**os.environ, **server.env}
     try:
         total = upload(server, args.mib, args.files)
@@ -115,7 +113,9 @@ def main() -> None:
         times: dict[str, list[float]] = {"aws s3 cp --recursive": [], "boto3 download_file loop": [],
                                          "tritonpkg materialize (cold)": [], "tritonpkg materialize (warm)": [],
                                          matched: []}
-        internal, warm_internal, part_sizes = [], [], []
+        internal: list[float] = []
+        warm_internal: list[float] = []
+        part_sizes: list[int] = []
         for r in range(args.rounds):
             for name in times:
                 dest = work / f"r{r}-{name.split()[0]}"
@@ -160,7 +160,7 @@ def main() -> None:
                       f"warm re-run by the same timer: {statistics.median(warm_internal) * 1000:.0f} ms = "
                       f"{100 * statistics.median(warm_internal) / statistics.median(internal):.1f}% of cold")
     finally:
-        stop(proc)
+        server.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 

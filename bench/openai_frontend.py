@@ -4,7 +4,8 @@ One Triton (tiny_llm) and one `tritonpkg frontend` process in front of it. The s
 same greedy sampling parameters goes (a) straight to Triton over gRPC the standard way
 (tritonclient.grpc.aio stream_infer, one stream per request: the model is decoupled; the baseline),
 (b) through the frontend's own Triton client in this process (its pool of open streams: the gRPC share
-of the frontend's cost) and (c) to the frontend's /v1/completions over HTTP (aiohttp, keep-alive; httpx, which the openai
+of the frontend's cost) and (c) to the frontend's /v1/completions over HTTP (aiohttp, keep-alive; httpx,
+                                                                             which the openai
 client uses, costs about 0.9 ms more per request here, a client cost, not the frontend's), at
 1 and 8 concurrent requests. The paths run in rounds, each path leading in turn, so that drift on this
 shared machine (and the slower Triton seen right after a burst of requests) hits all alike; latency is
@@ -27,7 +28,6 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -41,7 +41,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tritonpkg.runtime.supervisor import own_group  # noqa: E402
+from tritonpkg.proc.group import own_group, stop_popen  # noqa: E402
 
 TINY = ROOT / "examples" / "tiny-llm"
 MODEL = "tiny_llm"
@@ -76,7 +76,7 @@ def build_repo(root: Path) -> Path:
 def frontend_process(grpc_url: str, repo: Path, admin_key: str | None = None):
     """`tritonpkg frontend` in its own process (its own GIL, as deployed), on a free port; `admin_key`
     (else TRITONPKG_ADMIN_KEY) is Triton's, which listing the models needs."""
-    from tritonpkg.runtime import free_port
+    from tritonpkg.proc.ports import free_port
 
     port = free_port()
     env = {**os.environ, **({"TRITONPKG_ADMIN_KEY": admin_key} if admin_key else {})}
@@ -87,21 +87,15 @@ def frontend_process(grpc_url: str, repo: Path, admin_key: str | None = None):
     try:
         deadline = time.monotonic() + 120
         while True:
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(url + "/health/ready", timeout=5) as resp:
-                    if resp.status == 200:
-                        break
+            with contextlib.suppress(OSError), urllib.request.urlopen(url + "/health/ready", timeout=5) as resp:
+                if resp.status == 200:
+                    break
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"the frontend did not start (exit code {proc.poll()})")
             time.sleep(0.2)
         yield url, proc.pid
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_popen(proc, grace=20)
 
 
 def grpc_caller(client, max_tokens: int):
@@ -192,7 +186,8 @@ async def measure(grpc_url: str, frontend_url: str, pids: list[int], args):
         per_round = max(1, args.requests // args.rounds)
         names = list(paths)
         for r in range(args.rounds):
-            order = names[r % len(names):] + names[:r % len(names)]  # each path leads in turn: no path always follows a burst
+            # each path leads in turn: no path always follows a burst
+            order = names[r % len(names):] + names[:r % len(names)]
             for level in LEVELS:
                 for name in order:
                     meters[(level, name)].start()
@@ -224,7 +219,8 @@ def report(samples: dict[tuple[int, str], list[list[float]]], meters: dict) -> N
             times = np.concatenate(rounds)
             shift = percentile_shift(base_rounds, rounds)
             verdict = shift.verdict(GOAL_MS)
-            table.add_row("", name, str(times.size), f"{np.percentile(times, 50):.2f}", f"{np.percentile(times, 99):.2f}",
+            table.add_row("", name, str(times.size), f"{np.percentile(times, 50):.2f}",
+                          f"{np.percentile(times, 99):.2f}",
                           f"{shift.value:+.2f}", f"{shift.low:+.2f} .. {shift.high:+.2f}",
                           f"[{colour[verdict]}]{verdict}[/]", f"{np.percentile(times, 99) - b99:+.2f}")
     Console(width=160).print(table)
@@ -232,7 +228,8 @@ def report(samples: dict[tuple[int, str], list[list[float]]], meters: dict) -> N
                              "the goal is met or missed when the whole interval is, else unsure.")
     level = max(LEVELS)
     cpu = Table("path", "process", "CPU ms / request", header_style="bold",
-                title=f"CPU per request at {level} concurrent requests, by process ({os.cpu_count()} cores shared by all)")
+                title=f"CPU per request at {level} concurrent requests, by process "
+                      f"({os.cpu_count()} cores shared by all)")
     for name in (BASELINE, SHARED, FRONTEND):
         rows = meters[(level, name)].per_unit(sum(map(len, samples[(level, name)])))
         for role, seconds in rows:
@@ -245,7 +242,8 @@ def report(samples: dict[tuple[int, str], list[list[float]]], meters: dict) -> N
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=400, help="requests per path and concurrency level")
-    parser.add_argument("--rounds", type=int, default=20, help="alternating rounds the requests are split into (each path leads in turn)")
+    parser.add_argument("--rounds", type=int, default=20,
+                        help="alternating rounds the requests are split into (each path leads in turn)")
     parser.add_argument("--max-tokens", type=int, default=4)
     parser.add_argument("--triton-grpc", help="a running Triton serving tiny_llm (else one is started)")
     parser.add_argument("--repo", type=Path, help="that Triton's model repository (with --triton-grpc)")

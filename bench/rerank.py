@@ -20,18 +20,29 @@ import shutil
 import statistics
 import sys
 import tempfile
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Protocol
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tritonpkg.benchmarks.embeddings import (concurrent, free_port, minilm_weights, percentiles,  # noqa: E402
-                                             process, text_of)
+from tritonpkg.benchmarks.embeddings import concurrent, free_port, minilm_weights, percentiles, process, text_of
 
 MODEL = "xenc"
+Scores = dict[str, tuple[list[float], np.ndarray]]  # by system name: per-call latencies (s), first scores
+
+
+class System(Protocol):
+    """One way of scoring a query against documents (Floor, Tritonpkg, VLLM)."""
+
+    name: str
+
+    async def score(self, query: str, docs: list[str]) -> np.ndarray: ...
+
+    async def close(self) -> None: ...
 
 
 def make_checkpoint(folder: Path) -> Path:
@@ -124,17 +135,25 @@ def vllm(weights: Path, max_length: int) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
 
 
-async def measure(systems, query: str, docs: list[str], rounds: int,
-                  settle: float) -> dict[str, tuple[list[float], np.ndarray]]:
+def score_call(system: System, query: str, docs: list[str]) -> Callable[[int], Awaitable[None]]:
+    """One scoring call of `system`, in the shape `concurrent` times."""
+
+    async def call(_: int) -> None:
+        await system.score(query, docs)
+
+    return call
+
+
+async def measure(systems: list[System], query: str, docs: list[str], rounds: int, settle: float) -> Scores:
     """`settle` seconds after every call: vLLM's shared-memory readers spin (sched_yield) for ~1 s after
     each message they read, holding a core that the next system measured would otherwise lose."""
-    out: dict[str, tuple[list[float], np.ndarray]] = {}
+    out: Scores = {}
     for s in systems:
         out[s.name] = ([], await s.score(query, docs))  # warm-up, and the scores compared below
         await asyncio.sleep(settle)
     for r in range(rounds):
         for s in (systems if r % 2 == 0 else systems[::-1]):
-            _, samples = await concurrent(lambda i, s=s: s.score(query, docs), 1, 1)
+            _, samples = await concurrent(score_call(s, query, docs), 1, 1)
             out[s.name][0].extend(samples)
             await asyncio.sleep(settle)
     return out
@@ -159,10 +178,10 @@ def main() -> None:
         grpc = stack.enter_context(triton(weights, Path(tmp), args.tokens))
         base = stack.enter_context(vllm(weights, args.tokens))
 
-        async def run() -> list[tuple[int, dict]]:
-            systems = [Tritonpkg(grpc, weights), Floor(weights, args.tokens), VLLM(base)]
+        async def run() -> list[tuple[int, Scores]]:
+            systems: list[System] = [Tritonpkg(grpc, weights), Floor(weights, args.tokens), VLLM(base)]
             try:
-                results = []
+                results: list[tuple[int, Scores]] = []
                 for n in args.docs:
                     docs = [text_of(args.tokens - 16 + 1, i) for i in range(n)]  # pair = query + doc - one [CLS]
                     results.append((n, await measure(systems, query, docs, args.rounds, args.settle)))
@@ -177,7 +196,7 @@ def main() -> None:
     t = Table(title=f"rerank with a MiniLM-L6 cross-encoder, {args.tokens}-token pairs, float32, {args.rounds} rounds "
                     "interleaved (ratio = tritonpkg vs that system; >1 = tritonpkg faster)")
     for col in ("documents", "system", "p50 ms", "p90 ms", "ratio (p50)", "max |score - floor|"):
-        t.add_column(col, justify="left" if col in ("system",) else "right")
+        t.add_column(col, justify="left" if col == "system" else "right")
     for n, by_system in results:
         ours = statistics.median(by_system[Tritonpkg.name][0])
         floor_scores = by_system[Floor.name][1]

@@ -29,18 +29,16 @@ from pathlib import Path
 
 import yaml
 
+from tritonpkg.devtools.s3 import MotoS3
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests.integration.s3_fixtures import start_moto, stop  # noqa: E402
-
 TINY = ROOT / "examples" / "tiny-llm"
 BUCKET = "bench-startup"
 PREFIX = "tiny-llm"
 MiB = 1 << 20
 
 
-def upload_weights(server, weights: Path, pad_mib: int) -> int:
+def upload_weights(server: MotoS3, weights: Path, pad_mib: int) -> int:
     s3 = server.client()
     s3.create_bucket(Bucket=BUCKET)
     total = 0
@@ -74,7 +72,8 @@ def package(work: Path, name: str, weights: str) -> Path:
 
 
 def serve_once(repo: Path, weights_root: Path, state: Path) -> dict[str, float]:
-    from tritonpkg.runtime import ServingStack, StartupOptions, ensure_runtime
+    from tritonpkg.runtime import ensure_runtime
+    from tritonpkg.serve import ServingStack, StartupOptions
 
     options = StartupOptions(source=repo, http_port=0, grpc_port=0, metrics_port=0, openai_port=0, openai=False,
                              weights_root=weights_root, state_dir=state, startup_timeout=900)
@@ -98,7 +97,7 @@ def main() -> None:
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     work = Path(tempfile.mkdtemp(prefix="bench-startup-"))
-    proc, server = start_moto(work / "moto.log")
+    server = MotoS3.start(work / "moto.log")
     os.environ.update(server.env)
     console = Console()
     try:
@@ -120,7 +119,7 @@ def main() -> None:
                 runs[case].append(serve_once(repo, root, state))
                 shutil.rmtree(state, ignore_errors=True)
     finally:
-        stop(proc)
+        server.stop()
         shutil.rmtree(work, ignore_errors=True)
 
     def med(case: str, key: str) -> float:

@@ -15,7 +15,7 @@ where the CPU went at 16 streams: each server's processes and this client, in CP
 
 Both servers run in this process's session (their own process groups): a server in a session of its
 own is another scheduler autogroup, which on 2 cores left this client runnable but unscheduled for
-0.6-0.9 s at a time, and the bench then measured the scheduler (tritonpkg.runtime.supervisor).
+0.6-0.9 s at a time, and the bench then measured the scheduler (tritonpkg.proc.group).
 `vllm serve`'s engine processes get the nice value the backend gives its own (10 on a CPU-only host).
 """
 
@@ -26,8 +26,6 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -41,7 +39,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tritonpkg.runtime.supervisor import own_group  # noqa: E402
+from tritonpkg.proc.group import own_group, stop_popen  # noqa: E402
+from tritonpkg.proc.ports import free_port  # noqa: E402
 
 TINY = ROOT / "examples" / "tiny-llm"
 LEVELS = (1, 4, 16)
@@ -52,14 +51,9 @@ ENGINE = {"enforce_eager": True, "max_model_len": 256, "dtype": "float32", "max_
           "max_num_batched_tokens": 512, "disable_log_stats": False}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def prompts(n: int) -> list[str]:
-    words = "the model serves tokens quickly over grpc and http while the engine batches requests".split()
+    words = ["the", "model", "serves", "tokens", "quickly", "over", "grpc", "and", "http", "while", "the", "engine",
+             "batches", "requests"]
     return [" ".join(words[(i + j) % len(words)] for j in range(6 + i % 5)) for i in range(n)]
 
 
@@ -150,7 +144,8 @@ def measure(servers: dict[str, tuple[str, int]], args) -> dict[str, dict[int, di
     kinds = list(servers)
     out: dict[str, dict[int, dict]] = {k: {} for k in kinds}
     for level in LEVELS:
-        runs = {k: ([], 0.0) for k in kinds}
+        # per server: (ttft s, output tokens, total s) of every request, and the rounds' wall seconds
+        runs: dict[str, tuple[list[tuple[float, int, float]], float]] = {k: ([], 0.0) for k in kinds}
         meters = {k: CpuMeter([servers[k][1]], {"client (this bench, aiohttp)": os.getpid()}, ROLES) for k in kinds}
         todo = prompts(max(level, args.requests_per_round))
         for r in range(args.rounds):
@@ -170,10 +165,9 @@ def measure(servers: dict[str, tuple[str, int]], args) -> dict[str, dict[int, di
     return out
 
 
-@contextlib.contextmanager
-def triton_server(weights: Path, work: Path):
+def package_tiny_llm(weights: Path, work: Path) -> Path:
+    """examples/tiny-llm on `weights` with the engine settings `vllm serve` gets here, packaged under `work`."""
     from tritonpkg.repository import package_spec
-    from tritonpkg.runtime import TritonServer, ensure_runtime
     from tritonpkg.spec import load_spec
 
     spec = yaml.safe_load((TINY / "tritonpkg.yaml").read_text())
@@ -182,7 +176,14 @@ def triton_server(weights: Path, work: Path):
     (work / "spec").mkdir()
     (work / "spec" / "tritonpkg.yaml").write_text(yaml.safe_dump(spec))
     package_spec(load_spec(work / "spec"), work / "repo")
-    with TritonServer(work / "repo", runtime=ensure_runtime(), startup_timeout=600) as srv:
+    return work / "repo"
+
+
+@contextlib.contextmanager
+def triton_server(weights: Path, work: Path):
+    from tritonpkg.runtime import TritonServer, ensure_runtime
+
+    with TritonServer(package_tiny_llm(weights, work), runtime=ensure_runtime(), startup_timeout=600) as srv:
         yield srv.http_url, srv.pid
 
 
@@ -220,14 +221,7 @@ def vllm_server(weights: Path):
         engine_priority_as_in_triton(proc.pid)
         yield f"http://127.0.0.1:{port}", proc.pid
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(30)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_popen(proc, grace=30)
 
 
 def main() -> None:

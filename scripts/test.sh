@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Set up, then run the whole test suite: unit tests, and the integration tests that start one real
-# tritonserver (and one vLLM engine) per test session. Extra arguments go to pytest.
+# Set up, lint and type-check, then run the whole test suite: unit tests, and the integration tests that start
+# one real tritonserver (and one vLLM engine) per test session. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# Fail fast, before minutes of tests: ruff and mypy read their settings from pyproject.toml.
+.venv/bin/ruff check .
+.venv/bin/mypy
+# The slowest tests are listed at the end, so a run shows where the suite's minutes go.
+exec .venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 "$@"
