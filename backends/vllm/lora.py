@@ -1,21 +1,29 @@
 """NVIDIA's multi-LoRA contract: with `enable_lora` in model.json, `<version>/multi_lora.json` maps each adapter's
 name to its folder, and a request picks one by `lora_name` in its sampling parameters. The adapters are
-numbered in the list's order from 1, as NVIDIA's backend numbers them, and handed to vLLM as LoRARequests.
+numbered in the list's order from 1, as NVIDIA's backend numbers them (one number per folder), and handed to vLLM
+as LoRARequests.
+
+The list is followed while the model serves (follow_list): a rewritten multi_lora.json loads the new adapters into
+the running engine and drops the old, without a restart (`vllm serve`'s runtime load/unload, from a file).
 
 A relative folder (`./adapters/<name>`, what `tritonpkg package` writes) is resolved against the model version,
 so the repository can move; NVIDIA's backend hands the path to vLLM as written (absolute in its samples).
-Pure but for vLLM's LoRARequest (imported only when the model has adapters): unit-testable without Triton."""
+Pure but for vLLM's LoRARequest (imported only when the model has adapters) and the engine handed in:
+unit-testable without Triton."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 from request_params import ParamError
 
 MULTI_LORA_FILE = "multi_lora.json"
 MAX_LIST_BYTES = 1 << 20
+ADAPTER_POLL_S = float(os.environ.get("TRITONPKG_VLLM_ADAPTER_POLL", "1.0"))
 
 
 class AdapterError(ValueError):
@@ -51,16 +59,49 @@ def read_adapters(version_dir: str, engine_args: dict[str, Any]) -> dict[str, st
 
 
 class Adapters:
-    """The adapters one model serves and the LoRARequest of each, built once."""
+    """The adapters one model serves: name -> LoRARequest, one LoRARequest (one vLLM adapter id) per folder, so
+    names that share a folder (an alias such as `support-bot` beside `support-bot@3`) share its loaded weights.
 
-    def __init__(self, folders: dict[str, str]) -> None:
-        self.folders = folders
-        self._requests: dict[str, Any] = {}
+    The list is live: `plan` and `commit` move the model from one multi_lora.json to the next (follow_list), each
+    new folder loaded into the engine first (vLLM's `add_lora`, whose failure the engine survives) so that a
+    broken adapter never reaches a running batch, where its load error would stop the engine. A name whose
+    folder failed to load is refused with the reason; the swap to the new table is one assignment, so a
+    request sees the old list or the new one, never a mix."""
+
+    def __init__(self) -> None:
+        self.folders: dict[str, str] = {}
+        self._table: tuple[dict[str, Any], dict[str, str]] = ({}, {})  # name -> LoRARequest, name -> why not
+        self._by_folder: dict[str, Any] = {}
+        self._next_id = 1
+
+    def plan(self, folders: dict[str, str]) -> tuple[list[Any], list[Any]]:
+        """(a new LoRARequest per folder `folders` adds, to load before it serves; the LoRARequests of the folders it
+        drops, to remove after). Ids are reserved here and never reused, so a replaced folder is a new adapter to
+        vLLM."""
+        new: list[Any] = []
         if folders:
             from vllm.lora.request import LoRARequest
 
-            self._requests = {name: LoRARequest(name, i, folder)
-                              for i, (name, folder) in enumerate(folders.items(), start=1)}
+            planned: set[str] = set()
+            for name, folder in folders.items():
+                if folder not in self._by_folder and folder not in planned:
+                    planned.add(folder)
+                    new.append(LoRARequest(name, self._next_id + len(new), folder))
+        self._next_id += len(new)
+        kept = set(folders.values())
+        return new, [r for folder, r in self._by_folder.items() if folder not in kept]
+
+    def commit(self, folders: dict[str, str], loaded: list[Any], failed: dict[str, str]) -> None:
+        """Serve `folders` from now on: `loaded` are the plan's new LoRARequests the engine took, `failed` folder ->
+        why the engine refused it."""
+        wanted = set(folders.values())
+        by_folder = {f: r for f, r in self._by_folder.items() if f in wanted}
+        by_folder.update({r.lora_path: r for r in loaded})
+        requests = {name: by_folder[folder] for name, folder in folders.items() if folder in by_folder}
+        refused = {name: failed.get(folder, "not loaded") for name, folder in folders.items()
+                   if folder not in by_folder}
+        self._by_folder, self.folders = by_folder, dict(folders)
+        self._table = (requests, refused)
 
     def take(self, params: dict[str, Any]) -> Any:
         """The LoRARequest `params["lora_name"]` selects (removed from `params`); None without one."""
@@ -69,9 +110,65 @@ class Adapters:
             return None
         if not isinstance(name, str):
             raise ParamError(f"sampling parameter 'lora_name' must be a string, got {type(name).__name__}")
-        request = self._requests.get(name)
-        if request is None:
-            known = ", ".join(repr(n) for n in self._requests) or "none (enable_lora is off)"
-            shown = name if len(name) <= 64 else name[:64] + "..."
-            raise ParamError(f"unknown LoRA adapter {shown!r} in 'lora_name'; this model serves: {known}")
-        return request
+        requests, refused = self._table
+        request = requests.get(name)
+        if request is not None:
+            return request
+        shown = name if len(name) <= 64 else name[:64] + "..."
+        known = ", ".join(repr(n) for n in requests) or "none (enable_lora is off)"
+        if name in refused:
+            raise ParamError(f"LoRA adapter {shown!r} in 'lora_name' is listed in {MULTI_LORA_FILE} but its folder "
+                             f"could not be loaded ({refused[name]}); this model serves: {known}")
+        raise ParamError(f"unknown LoRA adapter {shown!r} in 'lora_name'; this model serves: {known}")
+
+
+async def apply_list(adapters: Adapters, folders: dict[str, str], engine: Any, log: Callable[[str], None]) -> None:
+    """Move `adapters` to `folders`: load each new folder into the engine, swap the table, remove what it dropped
+    (a request still running on a removed adapter has vLLM load it again from its folder at its next step)."""
+    new, dropped = adapters.plan(folders)
+    loaded, failed = [], {}
+    for request in new:
+        try:
+            if not os.path.isdir(request.lora_path):
+                raise FileNotFoundError(f"no folder {request.lora_path}")
+            await engine.add_lora(request)
+            loaded.append(request)
+        except Exception as exc:  # vLLM returns the worker's error; the engine goes on serving
+            why = failed[request.lora_path] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            log(f"LoRA adapter {request.lora_name!r} ({request.lora_path}) could not be loaded: {why}")
+    adapters.commit(folders, loaded, failed)
+    for request in dropped:
+        try:
+            await engine.remove_lora(request.lora_int_id)
+        except Exception as exc:
+            log(f"LoRA adapter {request.lora_name!r} could not be removed: {type(exc).__name__}: {exc}")
+
+
+def list_signature(version_dir: str) -> tuple[int, int, int] | None:
+    """What changes when multi_lora.json is rewritten (in place or by a rename onto it)."""
+    try:
+        st = os.stat(os.path.join(version_dir, MULTI_LORA_FILE))
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size, st.st_ino
+
+
+async def follow_list(adapters: Adapters, version_dir: str, engine_args: dict[str, Any], engine: Any,
+                      closing: Callable[[], bool], log: Callable[[str], None],
+                      interval: float = ADAPTER_POLL_S) -> None:
+    """Serve multi_lora.json as it is rewritten (an adapter rollout: tritonpkg deploy, or an operator's rename onto
+    it), without restarting the engine. A list that cannot be read leaves the adapters served as they were."""
+    seen = list_signature(version_dir)
+    while not closing():
+        await asyncio.sleep(interval)
+        now = list_signature(version_dir)
+        if now == seen:
+            continue
+        seen = now
+        try:
+            folders = read_adapters(version_dir, engine_args)
+        except AdapterError as exc:
+            log(f"{exc}; the adapters served stay as they were")
+            continue
+        await apply_list(adapters, folders, engine, log)
+        log(f"LoRA adapters now served from {MULTI_LORA_FILE}: {sorted(adapters.folders)}")

@@ -22,7 +22,9 @@ Semantics that differ from, or pin down, NVIDIA's backend:
   In request parameters, `stream` and `exclude_input_in_output` also act as the inputs of the same
   name when those inputs are not sent.
 - LoRA (lora.py): NVIDIA's multi_lora.json and `lora_name`; a relative adapter folder is resolved against the
-  model version, an unknown `lora_name` is refused naming the adapters the model serves.
+  model version, an unknown `lora_name` is refused naming the adapters the model serves. The listed adapters are
+  loaded into the engine at start, and a rewritten list is followed while serving (no engine restart); a folder
+  the engine cannot load is refused by name with the reason.
 - ENABLE_VLLM_HEALTH_CHECK (config.pbtxt) defaults to true here (NVIDIA: false); REPORT_CUSTOM_METRICS
   "false" turns vLLM's series off, absent leaves them to disable_log_stats (README: Health, Metrics).
 
@@ -48,9 +50,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cancellation import CancelWatch
 from contract import INPUTS, OUTPUTS
 from embed_request import EmbedRequest
-from engine_host import HEALTH_PARAMETER, EngineHost, read_engine_args
+from engine_host import ENGINE_START_TIMEOUT_S, HEALTH_PARAMETER, EngineHost, read_engine_args
 from generate_request import GenerateRequest, generate_response
-from lora import AdapterError, Adapters, read_adapters
+from lora import AdapterError, Adapters, apply_list, follow_list, lora_enabled, read_adapters
 from priority import ENV as NICE_ENV
 from priority import engine_niceness
 from request_base import (
@@ -163,7 +165,7 @@ class TritonPythonModel:
                                   self.host.abort, self.host.abort_cancelled, self.logger, merge=STREAM_MERGE)
         cancel_watch = CancelWatch(CANCEL_POLL_S, lambda key: self.host.abort_cancelled(str(key)), self.logger.log_warn)
         self.ctx = Context(self.host, responses, cancel_watch, types, output_dtype, self.logger)
-        self.ctx.adapters = Adapters(adapters)
+        self.ctx.adapters = Adapters()
         started = self.host.start(engine_args)
         if self.host.pooling and "embed" not in self.host.tasks:
             self.finalize()
@@ -171,7 +173,20 @@ class TritonPythonModel:
                 f"model '{self.model_name}': the engine supports {sorted(self.host.tasks)}; this backend serves "
                 "'generate' and 'embed'"
             )
+        if lora_enabled(engine_args):
+            self._follow_adapters(adapters, os.path.join(args["model_repository"], args["model_version"]), engine_args)
         self.host.settle(started, engine_args.get("model"))
+
+    def _follow_adapters(self, folders: dict[str, str], version_dir: str, engine_args: dict[str, Any]) -> None:
+        """Load the listed adapters into the engine now (a broken one is refused by name instead of stopping the
+        engine at its first request), then follow multi_lora.json for rollouts."""
+        def log(message: str) -> None:
+            self.logger.log_warn(f"[vllm] model '{self.model_name}': {message}")
+
+        engine = self.host.engine
+        self.host.call(apply_list(self.ctx.adapters, folders, engine, log), ENGINE_START_TIMEOUT_S)
+        self.host.submit(follow_list(self.ctx.adapters, version_dir, engine_args, engine,
+                                     lambda: self.host.closing, log))
 
     def _fail_all(self, message: str) -> None:
         self.ctx.fail_all(message)

@@ -238,3 +238,95 @@ def test_openai_lists_each_adapter_under_its_base_and_routes_model_to_it(served)
                                            temperature=0).choices[0].text
         grpc = grpc_generate(server, PROMPTS[0], SAMPLING if key == MODEL else {**SAMPLING, "lora_name": key})
         assert answer == grpc == offline["base" if key == MODEL else key][0], key
+
+
+def engine_processes(server) -> dict[int, float]:
+    """Triton's process tree (the stub, its EngineCore, the watchdog): pid -> start time."""
+    import psutil
+
+    root = psutil.Process(server.info["pid"])
+    return {p.pid: p.create_time() for p in [root, *root.children(recursive=True)]}
+
+
+def write_list(version: Path, listing: dict[str, str]) -> None:
+    """A rollout's one write: the next list renamed onto multi_lora.json."""
+    staged = version / ".multi_lora.json.next"
+    staged.write_text(json.dumps(listing))
+    os.replace(staged, version / "multi_lora.json")
+
+
+def wait_for(server, name: str, status: int, deadline_s: float = 120.0) -> dict:
+    import time
+
+    deadline = time.monotonic() + deadline_s
+    while True:
+        code, body = generate(server, PROMPTS[0], {**SAMPLING, "lora_name": name})
+        if code == status:
+            return body
+        assert time.monotonic() < deadline, (name, code, body)
+        time.sleep(0.5)
+
+
+def test_rewriting_the_list_rolls_adapters_out_under_load_without_restarting_the_engine(served, tiny_llm_weights,
+                                                                                        tmp_path):
+    """The running model follows multi_lora.json: a new adapter (a new folder) answers as vLLM offline does, an alias
+    (a second name for a folder) shares it, a broken adapter (rank above max_lora_rank, a corrupt safetensors) is
+    refused by name with the engine's reason instead of stopping the engine, retired names are refused. Base and
+    adapter traffic all the while: 0 failed; no process of Triton's tree restarted."""
+    import shutil
+    import threading
+
+    from tests.support.lora import make_broken
+
+    server, offline = served
+    version = Path(server.info["repository"]) / MODEL / "1"
+    original = json.loads((version / "multi_lora.json").read_text())
+    alpha = version / "adapters" / "alpha"
+    fresh = shutil.copytree(alpha, tmp_path / "alpha-2")  # a new folder: a new adapter to vLLM, alpha's weights
+    high_rank = make_broken(alpha, tiny_llm_weights, tmp_path / "broken")["high_rank"]
+    corrupt = shutil.copytree(alpha, tmp_path / "corrupt")
+    (corrupt / "adapter_model.safetensors").write_bytes(b"\xff" * 64)
+    before = engine_processes(server)
+
+    stop, counts, failures = threading.Event(), {"base": 0, "beta": 0}, []
+
+    def load() -> None:
+        for i in range(2000):
+            if stop.is_set():
+                return
+            key = ("base", "beta")[i % 2]
+            code, body = generate(server, PROMPTS[1], {**SAMPLING, "max_tokens": 4}
+                                  if key == "base" else {**SAMPLING, "max_tokens": 4, "lora_name": key})
+            counts[key] += 1
+            if code != 200:
+                failures.append((key, code, body))
+
+    traffic = threading.Thread(target=load, daemon=True)
+    traffic.start()
+    try:
+        write_list(version, {**original, "alpha@2": str(fresh), "high-rank": str(high_rank), "corrupt": str(corrupt)})
+        assert wait_for(server, "alpha@2", 200)["text_output"] == offline["alpha"][0]
+        for name in ("high-rank", "corrupt"):
+            body = wait_for(server, name, 400)
+            refused = f"LoRA adapter '{name}' in 'lora_name' is listed in multi_lora.json but its folder could not"
+            assert refused + " be loaded (" in body["error"], body
+        import openai
+
+        client = openai.OpenAI(base_url=server.openai_url, api_key="unused", max_retries=0)
+        assert client.completions.create(model="alpha@2", prompt=PROMPTS[0], max_tokens=SAMPLING["max_tokens"],
+                                         temperature=0).choices[0].text == offline["alpha"][0]
+
+        # the alias moves to the new folder (no load: that folder is served already), alpha and alpha@2 retire
+        write_list(version, {"beta": original["beta"], "support-bot": str(fresh)})
+        assert "unknown LoRA adapter 'alpha'" in wait_for(server, "alpha", 400)["error"]
+        assert wait_for(server, "support-bot", 200)["text_output"] == offline["alpha"][0]
+        assert {m.id for m in client.models.list().data} >= {MODEL, "beta", "support-bot"}
+    finally:
+        stop.set()
+        traffic.join(timeout=300)
+        write_list(version, original)
+    assert wait_for(server, "alpha", 200)["text_output"] == offline["alpha"][0]  # and back, for the other tests
+    print(f"requests during the rollout: {counts}, failed: {len(failures)}")
+    assert counts["base"] > 0 and counts["beta"] > 0 and failures == [], failures[:3]
+    after = engine_processes(server)
+    assert {pid: t for pid, t in after.items() if pid in before} == before, (before, after)
