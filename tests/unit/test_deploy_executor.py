@@ -23,6 +23,7 @@ class Recorder:
     """Units are names; `fail` maps a method name to the error it raises the first time it is called."""
 
     target = "fake"
+    adapter_rollouts = True
 
     def __init__(self, fail: Mapping[str, Exception] | None = None) -> None:
         self.proxy: dict[str, Any] = {}
@@ -76,6 +77,14 @@ class Recorder:
     def alias(self, ep: Endpoints) -> None:
         self._call("alias", str(ep.name))
 
+    def adapters(self, model: str, version: int, ep: Endpoints, listing: Mapping[str, str]) -> dict[str, str]:
+        self._call("adapters", f"{ep.name} v{version} {sorted(listing)}")
+        return dict(listing)
+
+    def adapter_check(self, model: str, ep: Endpoints, smoke: dict[str, Any] | None, name: str) -> str:
+        self._call("adapter_check", f"{ep.name} {name}")
+        return f"{name} answered"
+
     def entry(self) -> Entry:
         return Entry(route="fake")
 
@@ -106,6 +115,8 @@ def test_each_step_kind_reaches_the_driver_method_of_its_name(tmp_path: Path) ->
              Step(kind="scale", replicas={"m-v3": 2}),
              Step(kind="route", unit="m-v3", version=3),
              Step(kind="alias", unit="m-v3"),
+             Step(kind="adapters", unit="m-v3", adapters={"a": "/x/a", "a@4": "/x/a"}),
+             Step(kind="adapter_check", unit="m-v3", names=["a@4"]),
              Step(kind="drain", unit="m-v3"),
              Step(kind="retire", unit="m-v3")]
     assert {s.kind for s in every} == set(get_args(StepKind))
@@ -113,8 +124,10 @@ def test_each_step_kind_reaches_the_driver_method_of_its_name(tmp_path: Path) ->
     out = Executor(store, driver, dwell_s=0).run(plan, _release(tmp_path, 3))
     assert out.ok, out.error
     assert driver.calls == ["provision m-v3", "health_check m-v3 v3 smoke={'X': [1.0]}", "shift m-v3=100",
-                            "alive m-v3", "scale m-v3=2", "route m-v3 3", "alias m-v3", "drain m-v3",
+                            "alive m-v3", "scale m-v3=2", "route m-v3 3", "alias m-v3",
+                            "adapters m-v3 v3 ['a', 'a@4']", "adapter_check m-v3 a@4", "drain m-v3",
                             "retire m-v3 pgid=4242"]
+    assert store.endpoints("m", "m-v3")["adapters"] == {"a": "/x/a", "a@4": "/x/a"}  # status shows them
     assert out.steps[0] == "provision m-v3: up at http://m-v3"
     assert out.steps[3].startswith("gate m-v3: ") and "5 requests" in out.steps[3]  # judged on the metrics
     assert out.steps[5:7] == ["route m-v3: version 3 -> m-v3", "alias m-v3: current = m-v3"]

@@ -58,6 +58,11 @@ class Endpoints(BaseModel):
     serving_repository: str | None = None
     unit_dir: str | None = None
     weights: list[dict[str, Any]] | None = None
+    # the unit's LoRA adapters: the list it serves, and (after an adapter rollout) the release they came from
+    # with each adapter's identity (adapters.facts)
+    adapters: dict[str, str] | None = None
+    adapter_release: int | None = None
+    adapter_ids: dict[str, str] | None = None
     # kubernetes: the unit's Deployment/Service name
     name: str | None = None
     namespace: str | None = None
@@ -92,6 +97,7 @@ class Driver(Protocol):
 
     target: str
     proxy: dict[str, Any]
+    adapter_rollouts: bool  # `adapters` and `adapter_check` act on a running unit (else they refuse)
 
     def sync(self, model: str, units: Sequence[Mapping[str, Any]], alias: str | None) -> None:
         """Take the state's picture (units rows, the alias) before any step: each command has a fresh driver."""
@@ -127,6 +133,13 @@ class Driver(Protocol):
 
     def alias(self, ep: Endpoints) -> None:
         """Requests naming the current version (x-model-version: current) go to the unit."""
+
+    def adapters(self, model: str, version: int, ep: Endpoints, listing: Mapping[str, str]) -> dict[str, str]:
+        """The running unit serves `listing` (adapter name -> folder, or a remote source to materialize first) from
+        now on, its engine kept; returns the list as written. Only where `adapter_rollouts` is True."""
+
+    def adapter_check(self, model: str, ep: Endpoints, smoke: dict[str, Any] | None, name: str) -> str:
+        """The unit answers the smoke request with adapter `name` (once its backend has read the list)."""
 
     # -- status and teardown ---------------------------------------------------------------------------
     def entry(self) -> Entry:

@@ -4,6 +4,7 @@ rolled back by the next command (`recover`)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
 
+from tritonpkg.deploy import adapters as adapters_mod
 from tritonpkg.deploy import gate as gate_mod
 from tritonpkg.deploy import iodiff
 from tritonpkg.deploy.driver import Driver, Endpoints, Release
@@ -24,6 +26,7 @@ from tritonpkg.deploy.plan import (
     StepKind,
     Unit,
     choose,
+    plan_adapters,
     plan_gc,
     plan_red_black,
     plan_rollback,
@@ -35,6 +38,8 @@ from tritonpkg.proc import rest
 from tritonpkg.repository import package_spec
 from tritonpkg.smoke import send
 from tritonpkg.spec import load_spec
+
+ADAPTER_GRACE_S = 30.0  # old adapters stay served this long after their names moved (requests on them finish)
 
 
 class DeployError(TritonpkgError):
@@ -127,16 +132,100 @@ def check_triton(http_url: str, model: str, version: int, smoke: dict[str, Any] 
     return f"live, ready, model ready, canary answered {sorted(answer)}"
 
 
-def plan_release(store: StateStore, release: Release) -> Plan:
+def check_adapter(http_url: str, model: str, smoke: dict[str, Any] | None, name: str, timeout: float = 120.0) -> str:
+    """The smoke request (a one-token generation without one) with `lora_name` = `name`, asked until the unit's
+    backend has read the list that names it (an unknown adapter meanwhile); a refused adapter fails at once."""
+    from tritonpkg.smoke import SmokeError
+
+    request = dict(smoke or {"text_input": "hello", "sampling_parameters": {"max_tokens": 1}})
+    params = request.get("sampling_parameters") or {}
+    params = json.loads(params) if isinstance(params, str) else dict(params)
+    request["sampling_parameters"] = {**params, "lora_name": name}
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            answer = send(http_url, model, request, timeout=timeout)
+            return f"{name} answered {sorted(answer)}"
+        except SmokeError as exc:
+            if "unknown LoRA adapter" not in str(exc) or time.monotonic() > deadline:
+                raise DeployError(f"adapter {name}: {exc}", field="adapter_check") from None
+        time.sleep(0.3)
+
+
+def plan_release(store: StateStore, release: Release, adapter_rollouts: bool = False,
+                 adapter_grace_s: float = ADAPTER_GRACE_S) -> Plan:
     """The plan `deploy` would run now against the state in `store`, with the strategy auto picked and why
-    (reads the state only: a dry run needs no driver)."""
+    (reads the state, the live unit's files and the release's: a dry run needs no driver). `adapter_rollouts`:
+    the target can roll adapters into a running engine (auto then picks that for an adapter-only change)."""
     live = store.live(release.model)
+    rollout = _adapter_rollout(store, release, live, adapter_rollouts)
+    if isinstance(rollout, Plan):
+        rollout.steps[-1].wait_s = adapter_grace_s
+        return rollout
     strategy, reason = _strategy(store, release, live)
+    if rollout and release.strategy == "auto":
+        reason += f" (not an adapter rollout: {'; '.join(rollout)})"
     if strategy == "versioned":
         plan = plan_versioned(live, release.version, release.replicas)
     else:
         plan = plan_red_black(live, release.version, release.traffic_steps, release.replicas)
     plan.reason = reason
+    return plan
+
+
+def _release_facts(release: Release) -> tuple[adapters_mod.AdapterFacts, dict[str, bytes]]:
+    if release.spec_file is not None:
+        model, version, files = adapters_mod.release_files(release.spec_file)
+    else:
+        model, version = release.model, release.version
+        files = adapters_mod.repository_files(release.repository, model, version)
+    return adapters_mod.facts(model, version, files), files
+
+
+def _adapter_rollout(store: StateStore, release: Release, live: LiveState, supported: bool) -> Plan | list[str]:
+    """The adapter rollout of `release` into the live unit, or why there is none ([] when not asked about)."""
+    if release.strategy not in ("auto", "adapters"):
+        return []
+    current = live.unit(live.alias or "") or live.serving()
+    why: list[str] = []
+    if current is None:
+        why.append("no live unit")
+    elif not supported:
+        why.append("this target cannot change a running unit's adapters")
+    elif current.replicas != 1:
+        why.append(f"{current.name} runs {current.replicas} replicas (adapter rollouts change one)")
+    ep = store.endpoints(live.model, current.name) if current is not None else {}
+    if not why and not (ep.get("repository") and ep.get("serving_repository")):
+        why.append(f"{current.name if current else '-'} records no repository")
+    if why or current is None:
+        return _refuse(release, why, quiet=True)
+    try:
+        live_facts = adapters_mod.facts(live.model, current.version, adapters_mod.repository_files(
+            Path(ep["repository"]), live.model, current.version))
+        new_facts, files = _release_facts(release)
+    except (OSError, ValueError, TritonpkgError) as exc:
+        return _refuse(release, [f"the releases cannot be compared: {exc}"])
+    if not (live_facts.lora and new_facts.lora):
+        return _refuse(release, ["LoRA is off in the " + ("live" if not live_facts.lora else "new") + " release"],
+                       quiet=True)
+    live_facts.adapters = dict(ep.get("adapter_ids") or live_facts.adapters)
+    released = max(current.version, int(ep.get("adapter_release") or 0))
+    why = adapters_mod.only_adapters_changed(live_facts, new_facts)
+    if not why and release.version <= released:
+        why.append(f"version {release.version} is not above the live adapters' {released}")
+    if why:
+        return _refuse(release, why)
+    serving = Path(ep["serving_repository"]) / live.model / str(current.version)
+    listing = json.loads(files[f"{release.model}/{release.version}/{adapters_mod.MULTI_LORA}"])
+    version_dir = release.repository / release.model / str(release.version)
+    folders = {name: str(version_dir / loc.removeprefix("./")) if loc.startswith("./") else loc
+               for name, loc in listing.items()}
+    live_list = adapters_mod.served_list(serving)
+    lists = adapters_mod.rollout_lists(live_list, live_facts.adapters, folders, new_facts.adapters, release.version)
+    plan = plan_adapters(live, current.name, release.version, live_list, lists.load, lists.alias, lists.final,
+                         lists.canaries, ADAPTER_GRACE_S, summary=lists.summary)
+    plan.reason = ("--strategy adapters" if release.strategy == "adapters" else
+                   "auto: only the LoRA adapters changed, rolled into the live engine of " + current.name)
     return plan
 
 
@@ -151,10 +240,21 @@ def _strategy(store: StateStore, release: Release, live: LiveState) -> tuple[str
     return choose("auto", d.compatible, d.reasons())
 
 
+def _refuse(release: Release, why: list[str], quiet: bool = False) -> list[str]:
+    """--strategy adapters: a PlanError naming why. auto: why, for the plan's reason (nothing when `quiet`: the
+    release is no candidate at all, e.g. no LoRA or nothing live)."""
+    if release.strategy == "adapters":
+        raise PlanError("not an adapter rollout: " + "; ".join(why), field="strategy",
+                        expected="a release whose only change from the live unit is its adapters")
+    return [] if quiet else why
+
+
 class Executor:
     def __init__(self, store: StateStore, driver: Driver, *, limits: gate_mod.Limits | None = None,
-                 dwell_s: float = 1.0, on_step: Callable[[str, Step], None] | None = None) -> None:
+                 dwell_s: float = 1.0, on_step: Callable[[str, Step], None] | None = None,
+                 adapter_grace_s: float = ADAPTER_GRACE_S) -> None:
         self.store = store
+        self.adapter_grace_s = adapter_grace_s
         self.driver = driver
         self.limits = limits or gate_mod.Limits()  # a field set here wins over the release's (see limits_for)
         self.dwell_s = dwell_s
@@ -163,7 +263,8 @@ class Executor:
 
     # -- entry points ----------------------------------------------------------------------------
     def plan(self, release: Release) -> Plan:
-        return plan_release(self.store, release)
+        return plan_release(self.store, release, getattr(self.driver, "adapter_rollouts", False),
+                            self.adapter_grace_s)
 
     def deploy(self, release: Release) -> Outcome:
         """Recover an interrupted run, then plan: a deploy the plan refuses (PlanError) has written nothing,
@@ -175,7 +276,11 @@ class Executor:
         self._sync_proxy(release.model)
         plan = self.plan(release)
         outcome = self.run(plan, release)
-        if outcome.ok:
+        if outcome.ok and plan.strategy == "adapters":  # the deployment's own strategy stays as it was
+            unit = _named_unit(plan.steps[0])
+            self._record(release.model, unit, Endpoints(adapter_ids=_release_facts(release)[0].adapters,
+                                                        adapter_release=release.version))
+        elif outcome.ok:
             self.store.set_deployment(release.model, strategy=plan.strategy)
         outcome.recovered = recovered
         return outcome
@@ -371,9 +476,26 @@ class Executor:
         self.store.set_deployment(c.model, alias=unit)
         return f"current = {unit}"
 
+    def _adapters(self, c: _Ctx) -> str:
+        unit = _named_unit(c.step)
+        if c.step.adapters is None:
+            raise DeployError("an adapters step carries no list")
+        if c.step.wait_s:
+            time.sleep(c.step.wait_s)  # requests on the adapters about to be dropped finish
+        version = next(u.version for u in self.store.live(c.model).units if u.name == unit)
+        served = self.driver.adapters(c.model, version, self._ep(c.model, unit), c.step.adapters)
+        self._record(c.model, unit, Endpoints(adapters=served))
+        return f"serving {', '.join(served) or 'no adapters'}"
+
+    def _adapter_check(self, c: _Ctx) -> str:
+        unit = _named_unit(c.step)
+        ep, smoke = self._ep(c.model, unit), c.release.smoke_request if c.release else None
+        return "; ".join(self.driver.adapter_check(c.model, ep, smoke, name) for name in c.step.names)
+
     _STEPS: ClassVar[dict[StepKind, Callable[[Executor, _Ctx], str]]] = {
         "provision": _provision, "health_check": _health_check, "shift": _shift, "gate": _gate_step,
         "scale": _scale, "drain": _drain, "retire": _retire, "route": _route, "alias": _alias,
+        "adapters": _adapters, "adapter_check": _adapter_check,
     }
 
     def _sample(self, model: str, ep: Endpoints) -> gate_mod.Sample:

@@ -5,7 +5,10 @@ red-black: the new unit beside the old, health-checked, traffic shifted in steps
 each, then the old drained and retired. Its rollback is one weight change back to the old unit
 (a single proxy operation), then the new one drained and retired.
 versioned: one unit per version with its own route; an alias names the current one; superseded
-units with no traffic for a grace period are retired, the latest never."""
+units with no traffic for a grace period are retired, the latest never.
+adapters: a release whose only change is its LoRA adapters goes into the live unit's running engine (three
+whole adapter lists written in turn: new adapters loaded beside the live ones, a canary per new adapter, the
+names moved, the old ones dropped after a grace period); its rollback is the live list written back."""
 
 from __future__ import annotations
 
@@ -16,8 +19,9 @@ from pydantic import BaseModel, Field
 
 from tritonpkg.errors import TritonpkgError
 
-StepKind = Literal["provision", "health_check", "shift", "gate", "scale", "drain", "retire", "route", "alias"]
-Strategy = Literal["red-black", "versioned"]
+StepKind = Literal["provision", "health_check", "shift", "gate", "scale", "drain", "retire", "route", "alias",
+                   "adapters", "adapter_check"]
+Strategy = Literal["red-black", "versioned", "adapters"]
 COLORS = ("blue", "green")
 
 
@@ -65,6 +69,9 @@ class Step(BaseModel):
     color: str | None = None
     weights: dict[str, int] = Field(default_factory=dict, description="unit -> percent, applied in one operation")
     replicas: dict[str, int] = Field(default_factory=dict)
+    adapters: dict[str, str] | None = Field(default=None, description="adapters: the whole list to serve")
+    names: list[str] = Field(default_factory=list, description="adapter_check: the adapters to ask")
+    wait_s: float = Field(default=0.0, ge=0, description="adapters: the grace to wait before writing the list")
     note: str = ""
 
     def describe(self) -> str:
@@ -142,6 +149,22 @@ def plan_versioned(live: LiveState, version: int, replicas: int = 1) -> Plan:
     return Plan(model=live.model, strategy="versioned", new_unit=new, steps=steps, rollback=rollback)
 
 
+def plan_adapters(live: LiveState, unit: str, version: int, live_list: dict[str, str], load: dict[str, str],
+                  alias: dict[str, str], final: dict[str, str], canaries: list[str], grace_s: float,
+                  summary: str = "") -> Plan:
+    """Release `version`'s adapters into `unit`'s engine: load, canary, alias, grace, final list. Any failure
+    before the run ends writes `live_list` back (the engine drops what was loaded; the old names answer again)."""
+    if live.unit(unit) is None:
+        raise PlanError(f"{unit} is not deployed", field="unit", expected="a live unit of " + live.model)
+    steps = [Step(kind="adapters", unit=unit, version=version, adapters=load, note="load: " + summary),
+             Step(kind="adapter_check", unit=unit, names=canaries, note="the smoke request per new adapter"),
+             Step(kind="adapters", unit=unit, version=version, adapters=alias, note="alias: names move"),
+             Step(kind="adapters", unit=unit, version=version, adapters=final, wait_s=grace_s,
+                  note=f"after {grace_s:g} s of grace, the old adapters dropped")]
+    rollback = [Step(kind="adapters", unit=unit, adapters=live_list, note="the live adapter list back")]
+    return Plan(model=live.model, strategy="adapters", new_unit=None, steps=steps, rollback=rollback)
+
+
 def plan_gc(live: LiveState, now: float, grace_s: float) -> list[Step]:
     """Retire versioned units that have served nothing for `grace_s`; the latest version, the alias and
     the unit taking unversioned traffic are always kept."""
@@ -190,7 +213,7 @@ def plan_rollback(live: LiveState) -> Plan:
 
 def choose(strategy: str, compatible: bool | None, reasons: list[str]) -> tuple[Strategy, str]:
     """auto -> red-black when the new I/O is compatible with the live one, else versioned, with why."""
-    if strategy in ("red-black", "versioned"):
+    if strategy in ("red-black", "versioned", "adapters"):
         return strategy, f"--strategy {strategy}"  # type: ignore[return-value]
     if compatible is None:
         return "red-black", "auto: nothing live to compare with, red-black"

@@ -212,7 +212,6 @@ class ServingStack:
         return PackageFacts(wheels=wheels, recorded_wheels=len(recorded), execution_mode=mode, openai=openai)
 
     def _step_weights(self) -> str:
-        from tritonpkg import paths
         from tritonpkg.serve import weights as w
 
         repository = self._repo()
@@ -226,7 +225,7 @@ class ServingStack:
             copy = self._scratch_dir("repository")
             shutil.copytree(repository, copy, symlinks=True)
             self.repository = repository = copy
-        root = self.options.weights_root or paths.cache_dir() / "weights"
+        root = self.options.weights_root or w.default_weights_root()
         self.weights = w.ensure_weights(repository, actions, root) + w.ensure_adapters(repository, adapters, root)
         return "; ".join(f"{r.model_json}: {r.kind} {r.path} ({r.detail})" for r in self.weights)
 

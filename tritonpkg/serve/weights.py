@@ -223,6 +223,18 @@ def _check_rank(repo: Path, action: AdapterAction, folder: Path) -> None:
                                 field="max_lora_rank", expected=f"max_lora_rank >= {rank} in the spec's engine_args")
 
 
+def default_weights_root() -> Path:
+    """Where weights and adapters are materialized without --weights-root: the user's cache."""
+    from tritonpkg import paths
+
+    return paths.cache_dir() / "weights"
+
+
+def fetch_adapter(location: str, weights_root: Path) -> Path:
+    """A remote adapter's local copy (materialized now, or the verified one already there)."""
+    return Path(_fetcher(None)(location, weights_root).path)
+
+
 def _fetcher(materialize: Callable[..., Any] | None) -> Callable[..., Any]:
     """`storage.materialize` unless a caller (a test) hands its own."""
     if materialize is not None:

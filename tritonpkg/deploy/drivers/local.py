@@ -9,6 +9,7 @@ started them; their process groups are kept in the state file and later commands
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import threading
@@ -35,6 +36,7 @@ UNIT_PORTS = 3  # per slot from unit_port_base: HTTP, gRPC, metrics
 
 class LocalDriver:
     target = "local"
+    adapter_rollouts = True
 
     def __init__(self, workdir: str | Path, *, proxy: dict[str, Any] | None = None, http_port: int = 0,
                  grpc_port: int = 0, slots: int = 6, persistent: bool = False, runtime: Any = None,
@@ -337,6 +339,37 @@ class LocalDriver:
     def alias(self, ep: Endpoints) -> None:
         """Send requests that name the version 'current' to the unit's slot."""
         self._set_map("current", f"slot{ep.slot}")
+
+    def adapters(self, model: str, version: int, ep: Endpoints, listing: Mapping[str, str]) -> dict[str, str]:
+        """Rename the next list onto the unit's served multi_lora.json (its backend follows the file). Only a
+        serving copy under this driver's folder is written (deploy's own release or serve's copy), never a
+        repository deploy was given in place; a remote source is materialized first, as serve does."""
+        from tritonpkg import safepath
+        from tritonpkg.serve import weights as w
+
+        if not ep.serving_repository:
+            raise TritonpkgError("the unit records no serving repository", field="serving_repository")
+        serving = Path(ep.serving_repository)
+        version_dir = serving / model / str(version)
+        if not safepath.within(version_dir, self.workdir):
+            raise TritonpkgError(f"{serving} is served in place (a repository given to deploy): an adapter rollout "
+                                 "would rewrite its multi_lora.json", field="strategy",
+                                 expected="deploy from the spec, or --strategy red-black")
+        root = self.weights_root or w.default_weights_root()
+        written = {name: str(w.fetch_adapter(location, root)) if "://" in location else location
+                   for name, location in listing.items()}
+        staged = version_dir / ".multi_lora.json.next"
+        staged.unlink(missing_ok=True)
+        fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(written, indent=2) + "\n")
+        os.replace(staged, version_dir / w.MULTI_LORA)
+        return written
+
+    def adapter_check(self, model: str, ep: Endpoints, smoke: dict[str, Any] | None, name: str) -> str:
+        from tritonpkg.deploy.executor import check_adapter
+
+        return check_adapter(_url(ep), model, smoke, name)
 
     def unroute(self, key: str) -> None:
         if self.proxy_alive():

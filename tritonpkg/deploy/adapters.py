@@ -1,0 +1,169 @@
+"""Adapter rollouts: a release whose only change from the live unit is its LoRA adapters is rolled out into the
+running engine (the vLLM backend follows its version's multi_lora.json), never by a new unit.
+
+What is compared is the packaged model, as files: config.pbtxt and every file of the version but the adapters,
+their list and the engine arguments the adapters set (max_loras, max_cpu_loras, max_lora_rank: a lower rank
+still fits the live engine, a higher one does not). An adapter's identity is its files' sha256 (one copied into
+the version) or its source URL (a remote one: a new revision is a new URL). The lists a rollout writes are
+computed here too; reading the files is the only effect, in `release_files` and `repository_files`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from tritonpkg.errors import TritonpkgError
+
+MULTI_LORA = "multi_lora.json"
+ADAPTERS_DIR = "adapters"
+ADAPTER_ARGS = ("max_loras", "max_cpu_loras", "max_lora_rank")
+MAX_FILES_BYTES = 1 << 34  # a version's files read for the comparison (adapters included): 16 GiB
+
+
+class AdapterFacts(BaseModel):
+    """One packaged model version, as an adapter rollout compares it."""
+
+    model: str
+    version: int
+    lora: bool
+    rest: dict[str, str] = Field(description="config.pbtxt and the version's other files -> sha256")
+    engine_args: dict[str, Any] = Field(description="model.json without the adapter-sized arguments")
+    max_lora_rank: int | None = None
+    adapters: dict[str, str] = Field(default_factory=dict, description="name -> identity (files' or source's sha256)")
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def facts(model: str, version: int, files: Mapping[str, bytes]) -> AdapterFacts:
+    """From the model's files (paths relative to the repository: `<model>/config.pbtxt`, `<model>/<version>/...`)."""
+    prefix = f"{model}/{version}/"
+    args: dict[str, Any] = {}
+    if prefix + "model.json" in files:
+        loaded = json.loads(files[prefix + "model.json"])
+        args = loaded if isinstance(loaded, dict) else {}
+    listing: dict[str, Any] = {}
+    if prefix + MULTI_LORA in files:
+        loaded = json.loads(files[prefix + MULTI_LORA])
+        listing = loaded if isinstance(loaded, dict) else {}
+    adapters = {}
+    for name, location in listing.items():
+        if isinstance(location, str) and location.startswith(f"./{ADAPTERS_DIR}/"):
+            inside = prefix + location.removeprefix("./").rstrip("/") + "/"
+            adapters[name] = _sha(json.dumps(sorted((p.removeprefix(inside), _sha(d)) for p, d in files.items()
+                                                    if p.startswith(inside))).encode())
+        else:
+            adapters[name] = _sha(json.dumps(location).encode())
+    skipped = (prefix + MULTI_LORA, prefix + "model.json")
+    rest = {p.removeprefix(prefix) if p.startswith(prefix) else p: _sha(d) for p, d in files.items()
+            if p == f"{model}/config.pbtxt" or (p.startswith(prefix) and p not in skipped
+                                                 and not p.startswith(prefix + ADAPTERS_DIR + "/"))}
+    rank = args.get("max_lora_rank")
+    return AdapterFacts(model=model, version=version, lora=str(args.get("enable_lora", "")).lower() == "true",
+                        rest=rest, engine_args={k: v for k, v in args.items() if k not in ADAPTER_ARGS},
+                        max_lora_rank=rank if isinstance(rank, int) else None, adapters=adapters)
+
+
+def only_adapters_changed(live: AdapterFacts, new: AdapterFacts) -> list[str]:
+    """Why `new` cannot be rolled out into the live engine as an adapter change ([]: it can)."""
+    why = []
+    if not (live.lora and new.lora):
+        why.append("LoRA is off in the " + ("live" if not live.lora else "new") + " release")
+    if live.engine_args != new.engine_args:
+        keys = sorted(k for k in set(live.engine_args) | set(new.engine_args)
+                      if live.engine_args.get(k) != new.engine_args.get(k))
+        why.append(f"engine arguments differ: {', '.join(keys)}")
+    if new.max_lora_rank is not None and (live.max_lora_rank or 16) < new.max_lora_rank:
+        why.append(f"max_lora_rank {new.max_lora_rank} is above the live engine's {live.max_lora_rank or 16}")
+    if live.rest != new.rest:
+        paths = sorted(p for p in set(live.rest) | set(new.rest) if live.rest.get(p) != new.rest.get(p))
+        why.append(f"files differ: {', '.join(paths[:5])}" + (" ..." if len(paths) > 5 else ""))
+    if live.adapters == new.adapters:
+        why.append("the adapters are the same")
+    return why
+
+
+class Lists(BaseModel):
+    """The three lists an adapter rollout writes, each a whole multi_lora.json (name -> absolute folder), and the
+    adapters the canary asks by name."""
+
+    load: dict[str, str]
+    alias: dict[str, str]
+    final: dict[str, str]
+    canaries: list[str]
+    summary: str
+
+
+def rollout_lists(live: Mapping[str, str], live_ids: Mapping[str, str], new_folders: Mapping[str, str],
+                  new_ids: Mapping[str, str], version: int) -> Lists:
+    """`live`: the served list; `new_folders`/`new_ids`: the new release's adapters. Each new adapter is first served
+    as `<name>@<version>` beside everything live (load), its canary asked by that name; then `<name>` moves to it
+    (alias) while the old folders stay served for the grace period; then only the new names stay (final). An
+    adapter whose identity did not change keeps its live folder (nothing to load)."""
+    fresh = {}
+    for name, folder in new_folders.items():
+        unchanged = name in live and live_ids.get(name) == new_ids.get(name)
+        fresh[name] = live[name] if unchanged else folder
+    versioned = {f"{name}@{version}": folder for name, folder in fresh.items()}
+    clash = sorted(set(versioned) & set(new_folders))
+    if clash:
+        raise TritonpkgError(f"adapter names {clash} are spelt like a versioned name", field="adapters",
+                             expected="names without '@<version>'")
+    load = {**live, **versioned}
+    alias = {**load, **fresh}
+    final = {**fresh, **versioned}
+    changed = sorted(n for n in new_folders if fresh[n] != live.get(n))
+    retired = sorted(n for n in live if n not in final)
+    canaries = [f"{n}@{version}" for n in changed]
+    summary = (f"load {', '.join(canaries) or 'nothing'}; alias {', '.join(sorted(fresh)) or '-'}"
+               + (f"; retire {', '.join(retired)}" if retired else ""))
+    return Lists(load=load, alias=alias, final=final, canaries=canaries, summary=summary)
+
+
+def repository_files(repository: Path, model: str, version: int) -> dict[str, bytes]:
+    """A packaged model's config.pbtxt and version files, read under the repository (links not followed)."""
+    from tritonpkg import safepath
+
+    out: dict[str, bytes] = {}
+    total = 0
+    base = repository / model
+    for path in [base / "config.pbtxt", *sorted((base / str(version)).rglob("*"))]:
+        if path.is_symlink() or not path.is_file() or not safepath.within(path, repository):
+            continue
+        total += path.stat().st_size
+        if total > MAX_FILES_BYTES:
+            raise TritonpkgError(f"the model's files are larger than {MAX_FILES_BYTES} bytes", file=base)
+        out[path.relative_to(repository).as_posix()] = path.read_bytes()
+    return out
+
+
+def release_files(spec_file: Path) -> tuple[str, int, dict[str, bytes]]:
+    """A spec's main model as `package` would write it, built in memory."""
+    from tritonpkg.repository.build import build_models
+    from tritonpkg.spec import load_spec
+
+    spec = load_spec(spec_file)
+    built = build_models(spec)
+    main = next((m for m in built if m.name == spec.name), built[0])
+    return main.name, main.version, dict(main.files)
+
+
+def served_list(serving_version: Path) -> dict[str, str]:
+    """The unit's served multi_lora.json, its folders made absolute (relative ones are the version's)."""
+    path = serving_version / MULTI_LORA
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read((1 << 20) + 1)
+        listing = json.loads(raw) if len(raw) <= 1 << 20 else None
+    except (OSError, ValueError) as exc:
+        raise TritonpkgError(f"cannot read the served adapter list: {exc}", file=path) from None
+    if not isinstance(listing, dict) or not all(isinstance(v, str) for v in listing.values()):
+        raise TritonpkgError("the served adapter list is not a JSON object of name -> folder", file=path)
+    return {name: folder if folder.startswith("/") else str((serving_version / folder).resolve())
+            for name, folder in listing.items()}
