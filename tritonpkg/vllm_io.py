@@ -40,6 +40,14 @@ class PackagedIO(BaseModel):
     by_target_release: bool  # leave out what NVIDIA's backend of the spec's target_release does not accept
 
 
+class AdapterList(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    about: str = ""
+    file: str  # NVIDIA's multi_lora.json
+    served: str  # the backend's acknowledgement of the list it serves, beside it
+
+
 class VllmContract(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -48,6 +56,7 @@ class VllmContract(BaseModel):
     outputs: tuple[ContractTensor, ...]
     return_flags: dict[str, str]  # BOOL input -> the additional output it asks for
     packaged: dict[Kind, PackagedIO]
+    adapter_list: AdapterList
 
     @model_validator(mode="after")
     def _names_exist(self) -> VllmContract:

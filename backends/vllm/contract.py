@@ -35,3 +35,6 @@ RETURN_OUTPUTS: dict[str, str] = dict(_DATA["return_flags"])
 RETURN_FLAGS: tuple[str, ...] = tuple(RETURN_OUTPUTS)
 # Request parameters that stand in for the inputs of the same name (HTTP /generate's "parameters").
 CONTROL_KEYS: tuple[str, ...] = ("stream", "exclude_input_in_output", *RETURN_FLAGS)
+# The adapter list of each version, and the backend's acknowledgement of the list it serves (lora.follow_list).
+ADAPTER_LIST_FILE: str = _DATA["adapter_list"]["file"]
+ADAPTER_SERVED_FILE: str = _DATA["adapter_list"]["served"]

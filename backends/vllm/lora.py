@@ -14,14 +14,16 @@ unit-testable without Triton."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 from collections.abc import Callable
 from typing import Any
 
+from contract import ADAPTER_LIST_FILE, ADAPTER_SERVED_FILE
 from request_params import ParamError
 
-MULTI_LORA_FILE = "multi_lora.json"
+MULTI_LORA_FILE = ADAPTER_LIST_FILE
 MAX_LIST_BYTES = 1 << 20
 ADAPTER_POLL_S = float(os.environ.get("TRITONPKG_VLLM_ADAPTER_POLL", "1.0"))
 
@@ -38,8 +40,13 @@ def lora_enabled(engine_args: dict[str, Any]) -> bool:
 def read_adapters(version_dir: str, engine_args: dict[str, Any]) -> dict[str, str]:
     """Adapter name -> absolute folder, {} when LoRA is off. LoRA on without the list is an error at load
     (NVIDIA's backend raises FileNotFoundError there too)."""
+    return read_list(version_dir, engine_args)[0]
+
+
+def read_list(version_dir: str, engine_args: dict[str, Any]) -> tuple[dict[str, str], str]:
+    """read_adapters, and the sha256 of the bytes read (what the acknowledgement names)."""
     if not lora_enabled(engine_args):
-        return {}
+        return {}, ""
     path = os.path.join(version_dir, MULTI_LORA_FILE)
     try:
         with open(path, "rb") as fh:
@@ -54,8 +61,26 @@ def read_adapters(version_dir: str, engine_args: dict[str, Any]) -> dict[str, st
         raise AdapterError(f"{path}: not valid JSON ({str(exc)[:200]})") from None
     if not isinstance(entries, dict) or not all(isinstance(v, str) and v for v in entries.values()):
         raise AdapterError(f"{path}: expected a JSON object of adapter name -> folder")
-    return {name: folder if os.path.isabs(folder) else os.path.normpath(os.path.join(version_dir, folder))
-            for name, folder in entries.items()}
+    return ({name: folder if os.path.isabs(folder) else os.path.normpath(os.path.join(version_dir, folder))
+             for name, folder in entries.items()}, hashlib.sha256(raw).hexdigest())
+
+
+def acknowledge(version_dir: str, adapters: Adapters, digest: str, log: Callable[[str], None]) -> None:
+    """Write the acknowledgement of the list now served (contract: adapter_list.served), renamed into place, where
+    one is asked for: only when the file exists already (a rollout creates it before its first list), so a
+    repository served in place gains no file. Best effort: the adapters are served all the same."""
+    path = os.path.join(version_dir, ADAPTER_SERVED_FILE)
+    if not os.path.isfile(path):
+        return
+    served, refused = adapters.table()
+    body = json.dumps({"list_sha256": digest, "served": sorted(served), "refused": refused}, indent=2)
+    staged = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(staged, "w", encoding="utf-8") as fh:
+            fh.write(body + "\n")
+        os.replace(staged, path)
+    except OSError as exc:
+        log(f"cannot write {path} ({exc.strerror}); an adapter rollout waits for it")
 
 
 class Adapters:
@@ -102,6 +127,11 @@ class Adapters:
                    if folder not in by_folder}
         self._by_folder, self.folders = by_folder, dict(folders)
         self._table = (requests, refused)
+
+    def table(self) -> tuple[list[str], dict[str, str]]:
+        """(the names served, name -> why refused), one snapshot."""
+        requests, refused = self._table
+        return list(requests), dict(refused)
 
     def take(self, params: dict[str, Any]) -> Any:
         """The LoRARequest `params["lora_name"]` selects (removed from `params`); None without one."""
@@ -155,10 +185,11 @@ def list_signature(version_dir: str) -> tuple[int, int, int] | None:
 
 async def follow_list(adapters: Adapters, version_dir: str, engine_args: dict[str, Any], engine: Any,
                       closing: Callable[[], bool], log: Callable[[str], None],
-                      interval: float = ADAPTER_POLL_S) -> None:
+                      interval: float = ADAPTER_POLL_S, seen: Any = None) -> None:
     """Serve multi_lora.json as it is rewritten (an adapter rollout: tritonpkg deploy, or an operator's rename onto
-    it), without restarting the engine. A list that cannot be read leaves the adapters served as they were."""
-    seen = list_signature(version_dir)
+    it), without restarting the engine, acknowledging each list applied. A list that cannot be read leaves the
+    adapters served as they were (and unacknowledged). `seen`: the list's signature when it was last read."""
+    seen = list_signature(version_dir) if seen is None else seen
     while not closing():
         await asyncio.sleep(interval)
         now = list_signature(version_dir)
@@ -166,9 +197,10 @@ async def follow_list(adapters: Adapters, version_dir: str, engine_args: dict[st
             continue
         seen = now
         try:
-            folders = read_adapters(version_dir, engine_args)
+            folders, digest = read_list(version_dir, engine_args)
         except AdapterError as exc:
             log(f"{exc}; the adapters served stay as they were")
             continue
         await apply_list(adapters, folders, engine, log)
+        acknowledge(version_dir, adapters, digest, log)
         log(f"LoRA adapters now served from {MULTI_LORA_FILE}: {sorted(adapters.folders)}")

@@ -52,7 +52,16 @@ from contract import INPUTS, OUTPUTS
 from embed_request import EmbedRequest
 from engine_host import ENGINE_START_TIMEOUT_S, HEALTH_PARAMETER, EngineHost, read_engine_args
 from generate_request import GenerateRequest, generate_response
-from lora import AdapterError, Adapters, apply_list, follow_list, lora_enabled, read_adapters
+from lora import (
+    AdapterError,
+    Adapters,
+    acknowledge,
+    apply_list,
+    follow_list,
+    list_signature,
+    lora_enabled,
+    read_list,
+)
 from priority import ENV as NICE_ENV
 from priority import engine_niceness
 from request_base import (
@@ -142,8 +151,10 @@ class TritonPythonModel:
             pb_utils.get_output_config_by_name(model_config, "text_output")["data_type"]
         )
         engine_args = read_engine_args(self.model_name, args["model_repository"], args["model_version"])
+        version_dir = os.path.join(args["model_repository"], args["model_version"])
+        listed_at = list_signature(version_dir)  # before the read: a list renamed in meanwhile is read again
         try:
-            adapters = read_adapters(os.path.join(args["model_repository"], args["model_version"]), engine_args)
+            adapters, listed = read_list(version_dir, engine_args)
         except AdapterError as exc:
             raise pb_utils.TritonModelException(f"model '{self.model_name}': {exc}") from None
         try:
@@ -174,10 +185,11 @@ class TritonPythonModel:
                 "'generate' and 'embed'"
             )
         if lora_enabled(engine_args):
-            self._follow_adapters(adapters, os.path.join(args["model_repository"], args["model_version"]), engine_args)
+            self._follow_adapters(adapters, listed, listed_at, version_dir, engine_args)
         self.host.settle(started, engine_args.get("model"))
 
-    def _follow_adapters(self, folders: dict[str, str], version_dir: str, engine_args: dict[str, Any]) -> None:
+    def _follow_adapters(self, folders: dict[str, str], digest: str, listed_at: Any, version_dir: str,
+                         engine_args: dict[str, Any]) -> None:
         """Load the listed adapters into the engine now (a broken one is refused by name instead of stopping the
         engine at its first request), then follow multi_lora.json for rollouts."""
         def log(message: str) -> None:
@@ -185,8 +197,9 @@ class TritonPythonModel:
 
         engine = self.host.engine
         self.host.call(apply_list(self.ctx.adapters, folders, engine, log), ENGINE_START_TIMEOUT_S)
+        acknowledge(version_dir, self.ctx.adapters, digest, log)
         self.host.submit(follow_list(self.ctx.adapters, version_dir, engine_args, engine,
-                                     lambda: self.host.closing, log))
+                                     lambda: self.host.closing, log, seen=listed_at))
 
     def _fail_all(self, message: str) -> None:
         self.ctx.fail_all(message)

@@ -5,6 +5,7 @@ rollout is in tests/integration/test_lora_serving.py)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import sys
@@ -120,16 +121,18 @@ def test_follow_list_serves_a_list_renamed_onto_the_old_and_keeps_serving_throug
     (tmp_path / "b").mkdir()
     listing = tmp_path / "multi_lora.json"
     listing.write_text(json.dumps({"a": "./a"}))
+    (tmp_path / ".multi_lora.served.json").write_text("{}")  # asked for, as a rollout asks
     args = {"enable_lora": True}
-    adapters, engine, log, closing = Adapters(), Engine(), [], []
+    adapters, engine, log, closing, acknowledged = Adapters(), Engine(), [], [], []
 
     async def rollout():
         await apply_list(adapters, read_adapters(str(tmp_path), args), engine, log.append)
         task = asyncio.ensure_future(follow_list(adapters, str(tmp_path), args, engine, lambda: bool(closing),
                                                  log.append, interval=0.01))
         await asyncio.sleep(0.05)
-        (tmp_path / "next.json").write_text(json.dumps({"a": "./a", "b": "./b"}))
+        (tmp_path / "next.json").write_text(json.dumps({"a": "./a", "b": "./b", "c": "./missing"}))
         os.replace(tmp_path / "next.json", listing)
+        acknowledged.append(hashlib.sha256(listing.read_bytes()).hexdigest())
         for _ in range(200):
             await asyncio.sleep(0.01)
             if "b" in adapters.folders:
@@ -143,3 +146,14 @@ def test_follow_list_serves_a_list_renamed_onto_the_old_and_keeps_serving_throug
     assert adapters.take({"lora_name": "b"}).lora_path == str(tmp_path / "b")
     assert adapters.take({"lora_name": "a"}).lora_int_id == 1  # kept through both changes
     assert any("not valid JSON" in line and "stay as they were" in line for line in log), log
+    # the acknowledgement names the last list applied (the half-written one is not), what it serves and refuses
+    ack = json.loads((tmp_path / ".multi_lora.served.json").read_text())
+    assert ack["list_sha256"] == acknowledged[0] and ack["served"] == ["a", "b"]
+    assert list(ack["refused"]) == ["c"] and "no folder" in ack["refused"]["c"]
+
+
+def test_no_acknowledgement_is_written_unless_asked_for(tmp_path):
+    from lora import acknowledge
+
+    acknowledge(str(tmp_path), Adapters(), "digest", print)
+    assert list(tmp_path.iterdir()) == []  # a repository served in place gains no file

@@ -49,10 +49,11 @@ def _print_outcome(out: Outcome, as_json: bool) -> None:
 def deploy(
     source: str = typer.Argument(..., help="A tritonpkg.yaml (or its folder) or a packaged model repository; "
                                            "with --teardown, a deployed model's name."),
-    strategy: str | None = typer.Option(None, "--strategy", "-s", help="auto | red-black | versioned (wins over "
-                                        "the spec's deployment.strategy; default: the spec's, else auto). auto: "
-                                        "red-black when the new I/O is compatible with the live version, else "
-                                        "versioned."),
+    strategy: str | None = typer.Option(None, "--strategy", "-s", help="auto | red-black | versioned | adapters "
+                                        "(wins over the spec's deployment.strategy; default: the spec's, else "
+                                        "auto). auto: adapters when the only change is the LoRA adapters (local "
+                                        "target), else red-black when the new I/O is compatible with the live "
+                                        "version, else versioned."),
     target: str = typer.Option("local", "--target", "-t", help="local (tritonservers behind HAProxy) | kubernetes"),
     state: Path = typer.Option(DEFAULT_STATE, "--state", help=STATE_HELP),
     http_port: int = typer.Option(0, "--http-port", help="local: HAProxy's HTTP port on first deploy (0: free)."),
@@ -69,6 +70,9 @@ def deploy(
                                                  "only)."),
     dwell: float = typer.Option(5.0, "--dwell", help="Seconds of traffic at each step before its gate."),
     gc_grace: float = typer.Option(3600.0, "--gc-grace", help="versioned: retire superseded versions idle this long."),
+    adapter_grace: float = typer.Option(30.0, "--adapter-grace", min=0,
+                                        help="adapters: seconds the old adapters stay served after their names "
+                                             "moved, so requests on them finish."),
     dry_run: bool = typer.Option(False, "--dry-run",
                                  help="Print the plan (and with -o, write manifests); change nothing."),
     out: Path | None = typer.Option(None, "--out", "-o", help="kubernetes: write the validated manifests here."),
@@ -82,9 +86,11 @@ def deploy(
 ) -> None:
     """Roll a new model version out with no failed requests: red-black (health-checked, traffic shifted in the
     spec's deployment.traffic_steps with an error-rate/p99 gate after each, atomic rollback on any failure) or
-    versioned (its own route, an alias for the current one, idle old versions retired after --gc-grace)."""
-    if strategy not in (None, "auto", "red-black", "versioned"):
-        raise typer.BadParameter("expected auto, red-black or versioned", param_hint="--strategy")
+    versioned (its own route, an alias for the current one, idle old versions retired after --gc-grace), or, when
+    only the LoRA adapters changed, adapters (into the live unit's running engine: loaded as <name>@<version>,
+    a canary each, names moved, the old dropped after --adapter-grace; the live list back on any failure)."""
+    if strategy not in (None, "auto", "red-black", "versioned", "adapters"):
+        raise typer.BadParameter("expected auto, red-black, versioned or adapters", param_hint="--strategy")
     if target not in ("local", "kubernetes"):
         raise typer.BadParameter("expected local or kubernetes", param_hint="--target")
     from tritonpkg.deploy import service
@@ -98,7 +104,8 @@ def deploy(
     store = service.store_at(state)
     release = release_from(source, state, strategy)
     if dry_run or (target == "kubernetes" and out is not None):
-        _print_dry_run(service.dry_run(store, release, target, out, k8s), release.version, as_json)
+        _print_dry_run(service.dry_run(store, release, target, out, k8s, adapter_grace_s=adapter_grace),
+                       release.version, as_json)
         return
     driver = service.driver_for(target, state, release.model, http_port=http_port, grpc_port=grpc_port,
                                 unit_port_base=unit_port_base, kubernetes=k8s)
@@ -107,7 +114,7 @@ def deploy(
     limits = Limits(max_error_rate=max_error_rate, max_p99_ms=max_p99_ms,
                     **({} if min_requests is None else {"min_requests": min_requests}))  # unset: the spec's
     outcome = service.deploy(store, driver, release, limits=limits, dwell_s=dwell, gc_grace=gc_grace,
-                             on_step=progress)
+                             adapter_grace_s=adapter_grace, on_step=progress)
     if outcome.ok and target == "local" and not as_json:
         entry = driver.entry()
         console.print(f"serving through HAProxy: HTTP {entry.http_url}  gRPC {entry.grpc_url}")
@@ -169,12 +176,16 @@ def status(
         if rep.proxy.get("http_url"):
             title += f" — HTTP {rep.proxy['http_url']} gRPC {rep.proxy['grpc_url']}"
         table = Table(title=title)
-        for col in ("unit", "version", "color", "weight %", "routed", "status", "alive", "endpoint"):
+        for col in ("unit", "version", "color", "weight %", "routed", "status", "alive", "endpoint", "adapters"):
             table.add_column(col)
         for u in service.units_sorted(rep.units):
             ep = u.endpoints
+            adapters = ", ".join(u.adapters) or "-"
+            if u.adapter_release:
+                adapters += f" (from v{u.adapter_release})"
             table.add_row(u.name, str(u.version), u.color or "-", str(u.weight), "yes" if u.routed else "-",
-                          u.status, "yes" if u.alive else "-", ep.get("http_url") or ep.get("name") or "-")
+                          u.status, "yes" if u.alive else "-", ep.get("http_url") or ep.get("name") or "-",
+                          adapters)
         console.print(table)
         if rep.admin_key:
             console.print(f"Triton admin APIs (model control, logging, trace, shared memory, statistics): header "

@@ -17,9 +17,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from tritonpkg import vllm_io
 from tritonpkg.errors import TritonpkgError
 
-MULTI_LORA = "multi_lora.json"
+MULTI_LORA = vllm_io.load().adapter_list.file
+SERVED = vllm_io.load().adapter_list.served  # the backend's acknowledgement: state, not the release
 ADAPTERS_DIR = "adapters"
 ADAPTER_ARGS = ("max_loras", "max_cpu_loras", "max_lora_rank")
 MAX_FILES_BYTES = 1 << 34  # a version's files read for the comparison (adapters included): 16 GiB
@@ -60,7 +62,7 @@ def facts(model: str, version: int, files: Mapping[str, bytes]) -> AdapterFacts:
                                                     if p.startswith(inside))).encode())
         else:
             adapters[name] = _sha(json.dumps(location).encode())
-    skipped = (prefix + MULTI_LORA, prefix + "model.json")
+    skipped = (prefix + MULTI_LORA, prefix + "model.json", prefix + SERVED)
     rest = {p.removeprefix(prefix) if p.startswith(prefix) else p: _sha(d) for p, d in files.items()
             if p == f"{model}/config.pbtxt" or (p.startswith(prefix) and p not in skipped
                                                  and not p.startswith(prefix + ADAPTERS_DIR + "/"))}

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from tritonpkg.deploy.driver import Driver, Endpoints
-from tritonpkg.deploy.executor import Executor, Outcome, Release, build, plan_release
+from tritonpkg.deploy.executor import ADAPTER_GRACE_S, Executor, Outcome, Release, build, plan_release
 from tritonpkg.deploy.gate import Limits
 from tritonpkg.deploy.plan import Plan, Step, Unit
 from tritonpkg.deploy.state import StateStore
@@ -65,11 +65,11 @@ def target_of(store: StateStore, model: str) -> str:
 
 # -- deploy and rollback ---------------------------------------------------------------------------------
 def deploy(store: StateStore, driver: Driver, release: Release, *, limits: Limits | None = None,
-           dwell_s: float = 5.0, gc_grace: float = 3600.0,
+           dwell_s: float = 5.0, gc_grace: float = 3600.0, adapter_grace_s: float = ADAPTER_GRACE_S,
            on_step: Callable[[str, Step], None] | None = None) -> Outcome:
     """Recover, plan, run (executor.Executor.deploy); a versioned rollout then retires superseded versions idle
     for `gc_grace` s, each listed as a step of the outcome."""
-    ex = Executor(store, driver, limits=limits, dwell_s=dwell_s, on_step=on_step)
+    ex = Executor(store, driver, limits=limits, dwell_s=dwell_s, on_step=on_step, adapter_grace_s=adapter_grace_s)
     outcome = ex.deploy(release)
     if outcome.ok and outcome.strategy == "versioned":
         outcome.steps += [f"gc: retired {u}" for u in ex.gc(release.model, gc_grace)]
@@ -109,11 +109,12 @@ def dry_run_manifests(plan: Plan, release: Release, k: KubernetesOptions) -> lis
 
 
 def dry_run(store: StateStore, release: Release, target: str, out: Path | None = None,
-            kubernetes: KubernetesOptions | None = None) -> DryRun:
+            kubernetes: KubernetesOptions | None = None, adapter_grace_s: float = ADAPTER_GRACE_S) -> DryRun:
     """The plan deploy would run now, changing nothing live; for kubernetes the release is packaged and its
     manifests validated (and written to `out`, each 0600: the Secret's key is among them)."""
     if target != "kubernetes":
-        return DryRun(plan=plan_release(store, release))
+        return DryRun(plan=plan_release(store, release, adapter_rollouts=target == "local",
+                                        adapter_grace_s=adapter_grace_s))
     from tritonpkg.deploy.drivers import kubernetes as k8s
 
     release = build(release)  # the manifests carry the packaged repository
@@ -167,6 +168,8 @@ class UnitStatus(BaseModel):
     last_active: float | None
     endpoints: dict[str, Any] = Field(description="as recorded, without the I/O schema")
     alive: bool
+    adapters: list[str] = Field(default_factory=list, description="the LoRA adapters the unit serves, by name")
+    adapter_release: int | None = Field(default=None, description="the release its adapters were rolled out from")
 
 
 class RunStatus(BaseModel):
@@ -214,6 +217,9 @@ def status(state: Path, model: str | None = None) -> list[DeploymentStatus]:
         for row in store.units_table(name):
             row["alive"] = _alive(target, row)
             row["endpoints"].pop("schema", None)
+            row["adapters"] = list(row["endpoints"].get("adapters") or _packaged_adapters(row["endpoints"], name,
+                                                                                          row["version"]))
+            row["adapter_release"] = row["endpoints"].get("adapter_release")
             units.append(UnitStatus.model_validate(row))
         runs = [RunStatus.model_validate({**r, "status": INTERRUPTED if r["status"] == "running" else r["status"]})
                 for r in store.runs(name)]
@@ -224,6 +230,19 @@ def status(state: Path, model: str | None = None) -> list[DeploymentStatus]:
                                        admin_key=key, admin_header="admin-key" if key else None,
                                        units=units, runs=runs))
     return report
+
+
+def _packaged_adapters(endpoints: dict[str, Any], model: str, version: int) -> list[str]:
+    """A unit no adapter rollout has touched: the names its served list holds."""
+    from tritonpkg.deploy.adapters import served_list
+
+    serving = endpoints.get("serving_repository")
+    if not serving or not (Path(serving) / model / str(version) / "multi_lora.json").is_file():
+        return []
+    try:
+        return list(served_list(Path(serving) / model / str(version)))
+    except TritonpkgError:
+        return []
 
 
 def units_sorted(units: list[UnitStatus]) -> list[UnitStatus]:

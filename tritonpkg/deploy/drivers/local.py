@@ -9,6 +9,7 @@ started them; their process groups are kept in the state file and later commands
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tritonpkg import vllm_io
 from tritonpkg.deploy import state
 from tritonpkg.deploy.driver import Driver, Endpoints, Entry, OnStarted
 from tritonpkg.deploy.drivers import haproxy
@@ -52,6 +54,7 @@ class LocalDriver:
         self.startup_timeout = startup_timeout  # None: as long as Triton reports models loading
         self.drain_timeout = drain_timeout
         self.weights_root = weights_root  # None: serve's default (the user cache)
+        self.adapter_ack_timeout = 120.0  # a rewritten adapter list, until the unit's backend serves it
         self.triton = triton  # tritonpkg.serve.TritonOptions; None: serve's defaults + summary latencies
         self._servers: dict[int, Any] = {}  # slot -> ServingStack (supervised here)
         self._haproxy: ProcessGroup | None = None
@@ -358,13 +361,35 @@ class LocalDriver:
         root = self.weights_root or w.default_weights_root()
         written = {name: str(w.fetch_adapter(location, root)) if "://" in location else location
                    for name, location in listing.items()}
-        staged = version_dir / ".multi_lora.json.next"
+        adapter_list = vllm_io.load().adapter_list
+        body = (json.dumps(written, indent=2) + "\n").encode()
+        ack = version_dir / adapter_list.served
+        if not ack.is_file():  # asks the backend to acknowledge each list it applies (lora.acknowledge)
+            ack.write_text("{}\n")
+        staged = version_dir / f".{adapter_list.file}.next"
         staged.unlink(missing_ok=True)
         fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(json.dumps(written, indent=2) + "\n")
-        os.replace(staged, version_dir / w.MULTI_LORA)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(body)
+        os.replace(staged, version_dir / adapter_list.file)
+        self._await_served(ack, hashlib.sha256(body).hexdigest())
         return written
+
+    def _await_served(self, ack: Path, digest: str) -> None:
+        """Until the unit's backend acknowledges the list just written (it reads the list about once a second)."""
+        deadline = time.monotonic() + self.adapter_ack_timeout
+        while True:
+            try:
+                if json.loads(ack.read_bytes()[: 1 << 20]).get("list_sha256") == digest:
+                    return
+            except (OSError, ValueError, AttributeError):
+                pass
+            if time.monotonic() > deadline:
+                raise TritonpkgError(f"the unit's backend did not acknowledge the adapter list within "
+                                     f"{self.adapter_ack_timeout:g} s", file=ack, field="adapters",
+                                     expected="the toolkit's vLLM backend serving this unit (NVIDIA's reads the "
+                                              "list only at load)")
+            time.sleep(0.2)
 
     def adapter_check(self, model: str, ep: Endpoints, smoke: dict[str, Any] | None, name: str) -> str:
         from tritonpkg.deploy.executor import check_adapter
