@@ -9,23 +9,30 @@ The poll must never overlap the request's final response: Triton frees the respo
 the final flag is sent, and an `is_cancelled()` running then reads freed memory (seen: SIGSEGV in
 TRITONBACKEND_ResponseFactoryIsCancelled under 16 concurrent HTTP streams). Each ticket's lock
 orders the two, and a ticket whose final response went out is never polled again.
+
+Streams are also polled once per engine step, just before vLLM's output processor takes that step's outputs
+(`poll_before_outputs`): a stream found cancelled there is aborted in the output processor before the step
+is counted or detokenized, as `vllm serve` aborts a request whose client left, so no token of a step the
+client can no longer receive is generated on its behalf. The same one round trip per stream per step as a
+check before each send, moved to where it can still save the step.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 
 class Ticket:
     """One in-flight request. `done()` is True once the client is known to have gone away."""
 
-    __slots__ = ("_cancelled", "_final_sent", "_lock", "key", "sender")
+    __slots__ = ("_cancelled", "_final_sent", "_lock", "key", "sender", "streamed")
 
-    def __init__(self, key: Hashable, sender: Any) -> None:
+    def __init__(self, key: Hashable, sender: Any, streamed: bool = False) -> None:
         self.key = key
         self.sender = sender
+        self.streamed = streamed
         self._lock = threading.Lock()
         self._final_sent = False
         self._cancelled = False
@@ -67,8 +74,8 @@ class CancelWatch:
         self._thread = threading.Thread(target=self._run, name="vllm-cancel-watch", daemon=True)
         self._thread.start()
 
-    def register(self, key: Hashable, sender: Any) -> Ticket:
-        ticket = Ticket(key, sender)
+    def register(self, key: Hashable, sender: Any, streamed: bool = False) -> Ticket:
+        ticket = Ticket(key, sender, streamed)
         with self._lock:
             self._tickets[key] = ticket
         return ticket
@@ -96,6 +103,23 @@ class CancelWatch:
             self._on_cancel(key)
         return cancelled
 
+    def poll_streams(self, keys: Iterable[Hashable]) -> list[Hashable]:
+        """Poll the streamed tickets among `keys` once each; returns those found cancelled just now (not
+        reported to on_cancel: the caller aborts them itself)."""
+        tickets = self._tickets
+        cancelled = []
+        for key in keys:
+            ticket = tickets.get(key)
+            if ticket is None or not ticket.streamed:
+                continue
+            try:
+                if ticket.poll():
+                    cancelled.append(key)
+            except Exception as exc:
+                self._on_error(f"cancellation poll of {key}: {exc}")
+                self.release(key)
+        return cancelled
+
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=max(1.0, 2 * self.interval))
@@ -103,3 +127,35 @@ class CancelWatch:
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             self.sweep()
+
+
+def poll_before_outputs(output_processor: Any, watch: CancelWatch, abort_in_core: Callable[[list[str]], None],
+                        on_cancel: Callable[[list[Hashable]], None]) -> bool:
+    """Wrap vLLM V1's `OutputProcessor.process_outputs` (called by AsyncLLM's output handler on the engine's
+    loop with each step's outputs) so that the streams in a step are polled first and the cancelled ones
+    aborted there: `abort_requests` drops their state, so process_outputs skips (and does not count) their
+    tokens and ends their generate() with an abort output; `abort_in_core(internal_ids)` then stops them
+    in the engine core. False (and nothing changed) where this vLLM's output processor lacks the parts."""
+    process = getattr(output_processor, "process_outputs", None)
+    states = getattr(output_processor, "request_states", None)
+    abort = getattr(output_processor, "abort_requests", None)
+    if process is None or not isinstance(states, dict) or abort is None:
+        return False
+
+    def process_outputs(outputs: Any, *args: Any, **kwargs: Any) -> Any:
+        if len(watch):
+            keys = []
+            for output in outputs:
+                state = states.get(output.request_id)
+                if state is not None:
+                    keys.append(getattr(state, "external_req_id", output.request_id))
+            gone = watch.poll_streams(keys)
+            if gone:
+                internal = abort([str(key) for key in gone], internal=False)
+                if internal:
+                    abort_in_core(list(internal))
+                on_cancel(gone)
+        return process(outputs, *args, **kwargs)
+
+    output_processor.process_outputs = process_outputs
+    return True

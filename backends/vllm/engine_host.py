@@ -148,6 +148,29 @@ class EngineHost:
         if loop is not None and engine is not None:
             asyncio.run_coroutine_threadsafe(quietly(engine.abort(request_id)), loop)
 
+    def poll_streams_per_step(self, watch: Any) -> bool:
+        """Poll streams for cancellation before each engine step's outputs are processed
+        (cancellation.poll_before_outputs); False where this vLLM does not allow it."""
+        from cancellation import poll_before_outputs
+
+        engine, loop = self.engine, self._loop
+        core: Any = getattr(engine, "engine_core", None)
+        if engine is None or loop is None or not hasattr(core, "abort_requests_async"):
+            return False
+        running: asyncio.AbstractEventLoop = loop
+        pending: set[Any] = set()
+
+        def abort_in_core(internal_ids: list[str]) -> None:  # on the loop, inside vLLM's output handler
+            task = running.create_task(quietly(core.abort_requests_async(internal_ids)))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+
+        def on_cancel(keys: list[Any]) -> None:
+            for key in keys:
+                self.logger.log_info(f"[vllm] request {key} cancelled by the client; aborted before its next step")
+
+        return poll_before_outputs(getattr(engine, "output_processor", None), watch, abort_in_core, on_cancel)
+
     def abort_cancelled(self, request_id: str) -> None:
         """From the send loop or the cancel watch: the body stops at its next output (ticket.done())."""
         self.logger.log_info(f"[vllm] request {request_id} cancelled by the client; aborting it in vLLM")

@@ -80,6 +80,8 @@ from score_request import ScoreRequest
 from startup_guard import StartupGuard
 
 CANCEL_POLL_S = float(os.environ.get("TRITONPKG_VLLM_CANCEL_POLL", "1.0"))
+# "0": streams are polled for cancellation before each send instead of before each engine step's outputs.
+STEP_CANCEL = os.environ.get("TRITONPKG_VLLM_STEP_CANCEL", "1") != "0"
 STREAM_MERGE = os.environ.get("TRITONPKG_VLLM_STREAM_MERGE", "1") != "0"
 # NVIDIA's switch for the vLLM series. Absent: they follow the engine argument disable_log_stats (as before);
 # "false" turns them off whatever model.json says; "true" leaves disable_log_stats in charge, as in NVIDIA's.
@@ -184,6 +186,8 @@ class TritonPythonModel:
                 f"model '{self.model_name}': the engine supports {sorted(self.host.tasks)}; this backend serves "
                 "'generate' and 'embed'"
             )
+        if STEP_CANCEL and self.host.poll_streams_per_step(cancel_watch):
+            responses.poll_at_send = False
         if lora_enabled(engine_args):
             self._follow_adapters(adapters, listed, listed_at, version_dir, engine_args)
         self.host.settle(started, engine_args.get("model"))

@@ -161,6 +161,8 @@ class BaseRequest:
     """One parsed request of one kind. `body` runs it against the engine and queues its responses; it returns
     True once it queued the final one."""
 
+    stream = False  # True: its responses are streamed steps, polled for cancellation before each
+
     def __init__(self) -> None:
         self.request_id = uuid.uuid4().hex
 
@@ -170,7 +172,8 @@ class BaseRequest:
     async def run(self, ctx: Context, sender: Any) -> None:
         request_id = self.request_id
         ctx.inflight[request_id] = sender
-        ticket = ctx.responses.tickets[id(sender)] = ctx.cancel_watch.register(request_id, sender)
+        ticket = ctx.responses.tickets[id(sender)] = ctx.cancel_watch.register(
+            request_id, sender, streamed=self.stream)
         final_sent = False
         try:
             final_sent = await self.body(ctx, sender, ticket)

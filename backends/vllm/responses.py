@@ -24,6 +24,7 @@ class ResponseQueue:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()  # put() in C: no Condition per step
         self._failed: set[int] = set()  # senders whose response could not be built: their steps are dropped
         self.tickets: dict[int, Any] = {}  # id(sender) -> its CancelWatch ticket, until the final response
+        self.poll_at_send = True  # False once streams are polled before each engine step instead
         self._thread = threading.Thread(target=self._send_loop, name="vllm-responses", daemon=True)
         self._thread.start()
 
@@ -105,15 +106,16 @@ class ResponseQueue:
             self.logger.log_error(f"[vllm] could not send a response: {traceback.format_exc()}")
 
     def _cancelled_before_send(self, sender: Any, request_id: str) -> bool:
-        """Before each streamed (non-final) response: has the client gone? One is_cancelled() round trip
-        per response, from this thread, so a stream is aborted within one engine step of the hang-up
-        (the cancel watch's sweep covers requests that send nothing until their end). A cancelled
+        """Before each streamed (non-final) response: has the client gone? Where streams are not polled
+        before each engine step (cancellation.poll_before_outputs), one is_cancelled() round trip per
+        response, from this thread, so a stream is aborted within one engine step of the hang-up (the cancel
+        watch's sweep covers requests that send nothing until their end). A cancelled
         stream's remaining steps are dropped; its body ends at the next output and sends the final."""
         ticket = self.tickets.get(id(sender))
         if ticket is None:
             return False
-        if ticket.done():
-            return True
+        if ticket.done() or not self.poll_at_send:
+            return ticket.done()
         try:
             cancelled = ticket.poll()
         except Exception:  # a sender Triton already dropped: the send below reports it

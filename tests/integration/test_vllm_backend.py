@@ -317,7 +317,7 @@ def test_cancelled_streams_are_aborted_and_vllm_runs_nothing(server, metrics_dir
 
 def test_a_stream_whose_client_left_is_aborted_within_a_few_engine_steps(server, metrics_dir):
     """Issue 25: four streams hung up after 2 chunks used to run on for the cancel watch's second (most
-    of their 240 tokens on this model); every streamed response now checks is_cancelled() first."""
+    of their 240 tokens on this model); every stream is now polled before each engine step's outputs."""
     def generated() -> float:
         return sum(v for k, v in vllm_metrics(metrics_dir, "vllm:generation_tokens_total").items() if "weights" in k)
 

@@ -135,3 +135,77 @@ def test_an_abandoned_ticket_is_done_and_never_polled_again():
         assert sender.polls == 0
     finally:
         watch.close()
+
+
+class OutputProcessor:
+    """The parts of vLLM V1's OutputProcessor the step poll uses: request_states keyed by internal id,
+    abort_requests by external id (drops the states), process_outputs (records which outputs still had a
+    state, i.e. which vLLM would count and send)."""
+
+    def __init__(self, external_ids: list[str]) -> None:
+        self.request_states = {f"{ext}-int": type("State", (), {"external_req_id": ext})() for ext in external_ids}
+        self.aborted: list[str] = []
+        self.counted: list[str] = []
+
+    def abort_requests(self, request_ids, internal):
+        assert internal is False
+        dropped = []
+        for ext in request_ids:
+            self.aborted.append(ext)
+            if self.request_states.pop(f"{ext}-int", None) is not None:
+                dropped.append(f"{ext}-int")
+        return dropped
+
+    def process_outputs(self, outputs, timestamp=None, stats=None):
+        self.counted += [o.request_id for o in outputs if o.request_id in self.request_states]
+        return "processed"
+
+
+class Output:
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+
+
+def test_a_cancelled_stream_is_aborted_before_its_step_is_processed():
+    """The step in which the hang-up is seen is not counted: the stream's state is gone before vLLM's
+    output processor takes the step (as `vllm serve` aborts), and the engine core is told the internal id."""
+    watch = cancellation.CancelWatch(3600, lambda key: None)
+    try:
+        processor = OutputProcessor(["live", "gone", "unary"])
+        live, gone, unary = Sender(), Sender(cancelled=True), Sender(cancelled=True)
+        watch.register("live", live, streamed=True)
+        t_gone = watch.register("gone", gone, streamed=True)
+        t_unary = watch.register("unary", unary)  # not streamed: left to the watch's sweep
+        in_core, reported = [], []
+        assert cancellation.poll_before_outputs(processor, watch, in_core.append, reported.append)
+        step = [Output("live-int"), Output("gone-int"), Output("unary-int")]
+        assert processor.process_outputs(step, 0.0, None) == "processed"
+        assert processor.counted == ["live-int", "unary-int"]
+        assert processor.aborted == ["gone"] and in_core == [["gone-int"]] and reported == [["gone"]]
+        assert t_gone.done() and not t_unary.done() and unary.polls == 0
+        assert live.polls == 1 and gone.polls == 1
+
+        processor.counted.clear()
+        processor.process_outputs([Output("live-int")], 0.0, None)  # the next step: no second abort
+        assert processor.counted == ["live-int"] and processor.aborted == ["gone"] and gone.polls == 1
+    finally:
+        watch.close()
+
+
+def test_the_step_poll_never_polls_a_finished_stream_and_leaves_older_processors_alone():
+    watch = cancellation.CancelWatch(3600, lambda key: None)
+    try:
+        processor = OutputProcessor(["done"])
+        done = Sender()
+        ticket = watch.register("done", done, streamed=True)
+        cancellation.poll_before_outputs(processor, watch, lambda ids: None, lambda keys: None)
+
+        def send():
+            done.final = True
+
+        ticket.send_final(send)
+        processor.process_outputs([Output("done-int")])
+        assert done.polls == 0 and processor.counted == ["done-int"]
+    finally:
+        watch.close()
+    assert not cancellation.poll_before_outputs(object(), watch, lambda ids: None, lambda keys: None)
