@@ -91,14 +91,7 @@ class CancelWatch:
         """Poll every ticket once; returns (and reports) the keys found cancelled."""
         with self._lock:
             tickets = list(self._tickets.values())
-        cancelled = []
-        for ticket in tickets:
-            try:
-                if ticket.poll():
-                    cancelled.append(ticket.key)
-            except Exception as exc:  # a sender Triton already dropped: nothing left to poll
-                self._on_error(f"cancellation poll of {ticket.key}: {exc}")
-                self.release(ticket.key)
+        cancelled = self._poll(tickets)
         for key in cancelled:
             self._on_cancel(key)
         return cancelled
@@ -107,17 +100,17 @@ class CancelWatch:
         """Poll the streamed tickets among `keys` once each; returns those found cancelled just now (not
         reported to on_cancel: the caller aborts them itself)."""
         tickets = self._tickets
+        return self._poll([t for t in map(tickets.get, keys) if t is not None and t.streamed])
+
+    def _poll(self, tickets: list[Ticket]) -> list[Hashable]:
         cancelled = []
-        for key in keys:
-            ticket = tickets.get(key)
-            if ticket is None or not ticket.streamed:
-                continue
+        for ticket in tickets:
             try:
                 if ticket.poll():
-                    cancelled.append(key)
-            except Exception as exc:
-                self._on_error(f"cancellation poll of {key}: {exc}")
-                self.release(key)
+                    cancelled.append(ticket.key)
+            except Exception as exc:  # a sender Triton already dropped: nothing left to poll
+                self._on_error(f"cancellation poll of {ticket.key}: {exc}")
+                self.release(ticket.key)
         return cancelled
 
     def close(self) -> None:

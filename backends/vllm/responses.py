@@ -114,8 +114,10 @@ class ResponseQueue:
         ticket = self.tickets.get(id(sender))
         if ticket is None:
             return False
-        if ticket.done() or not self.poll_at_send:
-            return ticket.done()
+        if ticket.done():
+            return True
+        if not self.poll_at_send:
+            return False
         try:
             cancelled = ticket.poll()
         except Exception:  # a sender Triton already dropped: the send below reports it
