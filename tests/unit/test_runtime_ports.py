@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tritonpkg.errors import RuntimeSetupError
+from tritonpkg.proc import ports as ports_mod
 from tritonpkg.proc.ports import free_ports, port_in_use
 from tritonpkg.runtime import Runtime, TritonServer
 
@@ -18,6 +19,31 @@ def test_free_ports_are_distinct_and_bindable() -> None:
     for port in ports:
         with socket.socket() as s:
             s.bind(("127.0.0.1", port))
+
+
+def test_free_ports_stay_out_of_the_ephemeral_range_another_process_binds_from() -> None:
+    """The port the CI lost: chosen by bind(0), then taken by vLLM's own bind(0) while Triton started."""
+    low, high = ports_mod._ephemeral_range()
+    chosen = free_ports(50)
+    assert len(set(chosen)) == 50
+    assert all(not (low <= p <= high) for p in chosen), chosen
+    # Bound by the OS's bind(0) right after: never one of ours.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        assert low <= s.getsockname()[1] <= high
+        assert s.getsockname()[1] not in chosen
+
+
+def test_free_ports_does_not_hand_out_a_port_twice_and_skips_taken_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ports_mod, "_candidate_ranges", lambda: [range(41000, 41003)])
+    monkeypatch.setattr(ports_mod, "_issued", set())
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 41001))
+        s.listen()
+        first = free_ports(2)
+        assert sorted(first) == [41000, 41002]
+        later = free_ports(1)  # the range is used up: the OS picks one
+    assert later[0] not in first and later[0] != 41001
 
 
 def test_a_listening_port_is_reported_in_use() -> None:
