@@ -8,6 +8,7 @@ Every request generates exactly MAX_TOKENS tokens (ignore_eos), checked from eac
 count, so tokens/s compares like with like.
 
     .venv/bin/python bench/vllm_serving.py [--requests-per-round 16] [--rounds 6] [--max-tokens 64]
+    .venv/bin/python bench/vllm_serving.py --against-env TRITONPKG_VLLM_STEP_CANCEL=0   # tritonpkg vs itself
 
 Prints a rich table; goal: Triton >= 0.9x vLLM's throughput and <= 1.1x its TTFT. A second table shows
 where the CPU went at 16 streams: each server's processes and this client, in CPU ms per output token
@@ -62,7 +63,7 @@ async def one_request(session, kind: str, url: str, model: str, prompt: str, max
     start = time.perf_counter()
     ttft = None
     tokens = 0
-    if kind == "triton":
+    if kind.startswith("triton"):  # "triton" and "triton-b" (--against-env): Triton's generate endpoint
         body = {"text_input": prompt, "stream": True, "return_num_output_tokens": True,
                 "sampling_parameters": json.dumps({"max_tokens": max_tokens, "temperature": 0, "ignore_eos": True})}
         endpoint = f"{url}/v2/models/{model}/generate_stream"
@@ -79,7 +80,7 @@ async def one_request(session, kind: str, url: str, model: str, prompt: str, max
             event = json.loads(line[5:])
             if "error" in event:
                 raise RuntimeError(event["error"])
-            if kind == "triton":
+            if kind.startswith("triton"):
                 n = event.get("num_output_tokens", 0)
                 n = n[0] if isinstance(n, list) else n
                 text = event.get("text_output", "")
@@ -180,10 +181,12 @@ def package_tiny_llm(weights: Path, work: Path) -> Path:
 
 
 @contextlib.contextmanager
-def triton_server(weights: Path, work: Path):
+def triton_server(weights: Path, work: Path, env: dict[str, str] | None = None):
     from tritonpkg.runtime import TritonServer, ensure_runtime
 
-    with TritonServer(package_tiny_llm(weights, work), runtime=ensure_runtime(), startup_timeout=600) as srv:
+    work.mkdir(exist_ok=True)
+    with TritonServer(package_tiny_llm(weights, work), runtime=ensure_runtime(), startup_timeout=600,
+                      env=env) as srv:
         yield srv.http_url, srv.pid
 
 
@@ -232,7 +235,12 @@ def main() -> None:
     parser.add_argument("--stream-interval", type=int, default=1,
                         help="vLLM's stream_interval for both servers (tokens per streamed response; default 1, "
                              "vLLM's own default)")
+    parser.add_argument("--against-env", metavar="KEY=VALUE",
+                        help="compare tritonpkg with itself instead of `vllm serve`: the second server is tritonpkg's "
+                             "with KEY=VALUE in its environment (e.g. TRITONPKG_VLLM_STEP_CANCEL=0)")
     args = parser.parse_args()
+    if args.against_env and "=" not in args.against_env:
+        parser.error("--against-env: expected KEY=VALUE")
     if args.stream_interval != 1:
         ENGINE["stream_interval"] = args.stream_interval
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -244,14 +252,23 @@ def main() -> None:
         weights = work / "weights"
         subprocess.run([sys.executable, str(TINY / "make_tiny_llm.py"), "--out", str(weights)], check=True,
                        stdout=subprocess.DEVNULL)
-        with triton_server(weights, work) as triton, vllm_server(weights) as vllm:
-            measured = measure({"triton": triton, "vllm": vllm}, args)
+        if args.against_env:
+            key, value = args.against_env.split("=", 1)
+            with triton_server(weights, work / "a") as triton, \
+                    triton_server(weights, work / "b", {key: value}) as other:
+                measured = measure({"triton": triton, "triton-b": other}, args)
+                measured["vllm"] = measured.pop("triton-b")
+        else:
+            with triton_server(weights, work) as triton, vllm_server(weights) as vllm:
+                measured = measure({"triton": triton, "vllm": vllm}, args)
         triton, vllm = measured["triton"], measured["vllm"]
 
+    other = f"Triton {args.against_env}" if args.against_env else "vLLM"
+    names = {"triton": "Triton", "vllm": other if args.against_env else "vllm serve"}
     table = Table(title=f"tiny LLM, {args.max_tokens} tokens/request, streaming, temperature 0, "
                         f"stream_interval {args.stream_interval} (goal: Triton >= 0.9x tok/s, <= 1.1x TTFT)")
-    for col in ("concurrency", "Triton tok/s", "vLLM tok/s", "ratio", "Triton TTFT p50/p99 ms",
-                "vLLM TTFT p50/p99 ms", "TTFT p50 ratio"):
+    for col in ("concurrency", "Triton tok/s", f"{other} tok/s", "ratio", "Triton TTFT p50/p99 ms",
+                f"{other} TTFT p50/p99 ms", "TTFT p50 ratio"):
         table.add_column(col, justify="right")
     for level in LEVELS:
         t, v = triton[level], vllm[level]
@@ -264,7 +281,7 @@ def main() -> None:
                       f"{os.cpu_count()} cores are shared by both paths and the client)")
     for col in ("server", "process", "CPU ms / token"):
         cpu.add_column(col, justify="right" if col.startswith("CPU") else "left")
-    for kind, name in (("triton", "Triton"), ("vllm", "vllm serve")):
+    for kind, name in names.items():
         row = measured[kind][LEVELS[-1]]
         for role, ms in row["cpu_ms_per_token"]:
             cpu.add_row(name, role, f"{ms:.3f}")
