@@ -37,32 +37,30 @@ def _candidate_ranges() -> list[range]:
     return [r for r in ranges if len(r) >= 256]
 
 
-def _bindable(sock: socket.socket, host: str, port: int) -> bool:
-    try:
-        sock.bind((host, port))
-    except OSError:
-        return False
-    return True
-
-
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     """`count` distinct ports free right now, outside the ephemeral range where it leaves room (all sockets
     held until all are chosen); otherwise ports the OS picks."""
     ranges = _candidate_ranges()
     with _lock, contextlib.ExitStack() as stack:
         ports: list[int] = []
-        tries = 0
+        for _ in range(64 * count if ranges else 0):
+            if len(ports) == count:
+                break
+            port = secrets.choice(secrets.choice(ranges))
+            if port in _issued:
+                continue
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                sock.bind((host, port))  # fails for a port taken, or one of `ports`, whose sockets are held
+            except OSError:
+                sock.close()
+                continue
+            stack.enter_context(sock)
+            ports.append(port)
         while len(ports) < count:
             sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            tries += 1
-            if ranges and tries <= 64 * count:
-                port = secrets.choice(secrets.choice(ranges))
-                if port in _issued or not _bindable(sock, host, port):
-                    continue
-            else:
-                sock.bind((host, 0))
-            port = sock.getsockname()[1]
-            ports.append(port)
+            sock.bind((host, 0))
+            ports.append(sock.getsockname()[1])
         if len(_issued) > 4096:
             _issued.clear()
         _issued.update(ports)
