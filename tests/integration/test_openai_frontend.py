@@ -674,7 +674,7 @@ def test_the_api_key_is_required_and_the_sdk_raises_authentication_error(keyed):
 
 
 def test_health_live_answers_while_prompts_are_tokenized(frontend):
-    """40 prompts of 52 kB (each under the byte bound, so each is tokenized: ~13,000 tokens, over the
+    """80 prompts of 52 kB (each under the byte bound, so each is tokenized: ~13,000 tokens, over the
     4096-token context) take seconds to tokenize; the event loop stays free meanwhile. Before the fix they
     were tokenized on it and /health/live waited for all of them."""
     import threading
@@ -686,7 +686,7 @@ def test_health_live_answers_while_prompts_are_tokenized(frontend):
 
     def post() -> None:
         answer["response"] = httpx.post(f"{frontend.url}/v1/completions", timeout=300,
-                                        json={"model": MODEL, "prompt": [prompt] * 40})
+                                        json={"model": MODEL, "prompt": [prompt] * 80})
 
     worker = threading.Thread(target=post)
     latencies = []
