@@ -7,5 +7,7 @@ bash scripts/setup.sh
 # Fail fast, before minutes of tests: ruff and mypy read their settings from pyproject.toml.
 .venv/bin/ruff check .
 .venv/bin/mypy
+# A whole-suite run fails when a test that must run on these machines was skipped (tests/allowed_skips.txt).
+[ "$#" -eq 0 ] && export TRITONPKG_SKIP_GUARD=1
 # The slowest tests are listed at the end, so a run shows where the suite's minutes go.
 exec .venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 "$@"

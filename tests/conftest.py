@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support import skip_guard
 from tests.support.validate_repos import FIXTURE_BACKENDS
 from tritonpkg.devtools.s3 import MotoS3
 
@@ -56,3 +57,30 @@ def s3_env(s3_server: MotoS3, monkeypatch: pytest.MonkeyPatch) -> MotoS3:
     for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(key, raising=False)
     return s3_server
+
+
+_GUARD = skip_guard.SkipGuard(skip_guard.load_allowed()) if skip_guard.enabled() else None
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if _GUARD is not None:
+        _GUARD.collected.update(item.nodeid for item in session.items)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if _GUARD is not None and report.skipped and not hasattr(report, "wasxfail"):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        _GUARD.record(report.nodeid, reason)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _GUARD is not None and _GUARD.violations() and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _GUARD is not None and (found := _GUARD.violations()):
+        terminalreporter.section("skip guard: tests that must run on these machines did not", red=True)
+        for line in found:
+            terminalreporter.line(line)

@@ -1,0 +1,50 @@
+"""The skip guard fails a whole-suite run that skipped a test it must run, in a real pytest run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support import skip_guard
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_allowed_file_parses_and_every_entry_has_a_reason() -> None:
+    allowed = skip_guard.load_allowed()
+    assert allowed
+    assert all(reason for reason in allowed.values())
+
+
+def test_guard_reports_unlisted_skips_and_stale_entries() -> None:
+    guard = skip_guard.SkipGuard({"tests/a.py::ok": "meant"})
+    guard.collected.update({"tests/a.py::ok", "tests/b.py::t"})
+    guard.record("tests/a.py::ok", "meant")
+    guard.record("tests/b.py::t", "peft is missing")
+    assert guard.violations() == ["tests/b.py::t: skipped (peft is missing)"]
+    stale = skip_guard.SkipGuard({"tests/gone.py::t": "was meant"})
+    name = skip_guard.ALLOWED.name
+    assert stale.violations() == [f"tests/gone.py::t: listed in {name} but matches no collected test"]
+
+
+def _run(tmp_path: Path, body: str, guard: bool) -> subprocess.CompletedProcess[str]:
+    test = ROOT / "tests" / "unit" / f"_skip_guard_probe_{os.getpid()}.py"
+    test.write_text(body)
+    try:
+        env = {**os.environ, skip_guard.ENV: "1" if guard else "0"}
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test)],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    finally:
+        test.unlink()
+
+
+def test_a_real_run_with_a_skip_fails_only_under_the_guard(tmp_path: Path) -> None:
+    body = "import pytest\n\ndef test_needs_a_part():\n    pytest.importorskip('no_such_module_here')\n"
+    plain = _run(tmp_path, body, guard=False)
+    assert plain.returncode == 0, plain.stdout
+    guarded = _run(tmp_path, body, guard=True)
+    assert guarded.returncode == 1, guarded.stdout
+    assert "skip guard" in guarded.stdout
+    assert "test_needs_a_part: skipped" in guarded.stdout
