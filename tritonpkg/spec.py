@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from tritonpkg import compat
+from tritonpkg import adapter_names, compat
 from tritonpkg.errors import SpecError
 from tritonpkg.safepath import MAX_NAME_BYTES, MAX_SEGMENT_BYTES, quote, within
 
@@ -153,15 +153,14 @@ def check_location(v: str, what: str) -> str:
     return v
 
 
-# An adapter's name is a request's `lora_name`, an OpenAI model id and a folder of the repository.
-ADAPTER_NAME_RE = r"^[A-Za-z][A-Za-z0-9_.-]*$"
 HF_RE = r"hf://[\w.\-]+/[\w.\-]+(@[\w.\-/]+)?"
 
 
 class Adapter(_Strict):
     """One LoRA adapter of a vllm-kind model, served by name beside the base (NVIDIA's `lora_name`)."""
 
-    name: str = Field(pattern=ADAPTER_NAME_RE, max_length=64, description="the adapter's name in requests")
+    name: str = Field(pattern=adapter_names.SPEC_PATTERN, max_length=adapter_names.MAX_NAME,
+                      description="the adapter's name in requests")
     source: str = Field(description="peft adapter folder: a local path (relative to the spec), "
                                     "s3://bucket/prefix, or hf://org/name@revision")
     revision: str | None = Field(default=None, max_length=128, pattern=r"^[\w.\-/]+$",

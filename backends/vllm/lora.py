@@ -17,6 +17,7 @@ import asyncio
 import hashlib
 import json
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -35,6 +36,28 @@ class AdapterError(ValueError):
 def lora_enabled(engine_args: dict[str, Any]) -> bool:
     """enable_lora as NVIDIA's backend reads it: a bool or the string "true" (any case)."""
     return str(engine_args.get("enable_lora", "")).lower() == "true"
+
+
+# tritonpkg/adapter_names.py's rule (this module runs without tritonpkg); tests/unit/test_adapter_names.py holds
+# the two equal.
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")
+_VERSION = re.compile(r"[1-9][0-9]{0,18}")
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` is not an adapter name (it becomes vLLM's lora_name, an OpenAI model id, a log field)."""
+    base, at, version = name.partition("@")
+    if not base:
+        return "is empty" if not at else "has no name before '@'"
+    if not base[0].isascii() or not base[0].isalpha():
+        return "does not start with an ASCII letter"
+    if _NAME.fullmatch(base) is None:
+        return "holds a character other than ASCII letters, digits, '_', '.' or '-'"
+    if len(base) > 64:
+        return "is longer than 64 characters"
+    if at and (_VERSION.fullmatch(version) is None or int(version) > 2**63 - 1):
+        return "has an '@' not followed by a model version"
+    return None
 
 
 def read_adapters(version_dir: str, engine_args: dict[str, Any]) -> dict[str, str]:
@@ -61,6 +84,11 @@ def read_list(version_dir: str, engine_args: dict[str, Any]) -> tuple[dict[str, 
         raise AdapterError(f"{path}: not valid JSON ({str(exc)[:200]})") from None
     if not isinstance(entries, dict) or not all(isinstance(v, str) and v for v in entries.values()):
         raise AdapterError(f"{path}: expected a JSON object of adapter name -> folder")
+    for name in entries:
+        why = name_problem(name)
+        if why is not None:
+            shown = name[:64].encode("unicode_escape").decode("ascii")
+            raise AdapterError(f"{path}: adapter name '{shown}' {why}")
     return ({name: folder if os.path.isabs(folder) else os.path.normpath(os.path.join(version_dir, folder))
              for name, folder in entries.items()}, hashlib.sha256(raw).hexdigest())
 

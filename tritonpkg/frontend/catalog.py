@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from tritonpkg import adapter_names
 from tritonpkg.frontend.errors import APIError, unknown_model
 from tritonpkg.frontend.triton import RETURN_FLAGS, TritonBackend
 from tritonpkg.gateway.frontend_bridge import is_template_embedding
@@ -154,7 +155,7 @@ def read_engine_args(version_dir: Path) -> dict[str, Any] | None:
 def read_adapter_names(entry: ModelEntry) -> list[str]:
     """The LoRA adapters a vLLM model serves: its multi_lora.json's names (NVIDIA's list, read by the backend when
     model.json has enable_lora), in order; [] when LoRA is off or the list cannot be read (the backend then
-    fails the model's load itself)."""
+    fails the model's load itself); a name the adapter-name rule refuses is left out (the backend refuses it)."""
     if entry.source is None or str((entry.engine_args or {}).get("enable_lora", "")).lower() != "true":
         return []
     try:
@@ -163,7 +164,7 @@ def read_adapter_names(entry: ModelEntry) -> list[str]:
         names = json.loads(raw) if len(raw) <= MAX_LOCK_BYTES else {}
     except (OSError, ValueError, RecursionError):
         return []
-    return [n for n in names if isinstance(n, str) and n] if isinstance(names, dict) else []
+    return [n for n in names if adapter_names.name_problem(n) is None] if isinstance(names, dict) else []
 
 
 class Catalog:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from tritonpkg import safepath
+from tritonpkg import adapter_names, safepath
 from tritonpkg.errors import RuntimeSetupError
 
 MODEL_JSON = "model.json"
@@ -94,7 +94,7 @@ def ensure_weights(repo: Path, actions: list[WeightsAction], weights_root: Path,
     for action in actions:
         path = repo / action.model_json
         if action.kind == "local":
-            local = _local_path(repo, action.location)
+            local = _local_path(repo, action.location, path, "model")
             if not local.exists():
                 raise RuntimeSetupError(f"weights not found: {local}", file=path, field="model",
                                         expected="an existing weights folder on this machine, or a remote "
@@ -151,7 +151,11 @@ def plan_adapters(lists: dict[str, dict[str, Any]]) -> list[AdapterAction]:
     actions = []
     for rel, entries in sorted(lists.items()):
         for name, location in entries.items():
-            field = name if len(name) <= 64 else name[:64] + "..."
+            field = adapter_names.shown(name)
+            why = adapter_names.name_problem(name)
+            if why is not None:
+                raise RuntimeSetupError(f"adapter name '{field}' {why}", file=rel, field=field,
+                                        expected=f"a name of {adapter_names.RULE}")
             if not isinstance(location, str) or not location:
                 raise RuntimeSetupError("an adapter without a folder", file=rel, field=field,
                                         expected="a folder path or an s3:// / hf:// source")
@@ -182,7 +186,7 @@ def ensure_adapters(repo: Path, actions: list[AdapterAction], weights_root: Path
         path = repo / action.multi_lora
         label = f"{action.multi_lora}#{action.name}"
         if action.kind == "local":
-            local = _local_path(repo, action.location)
+            local = _local_path(repo, action.location, path, action.name)
             relative = not action.location.startswith(("/", "~"))
             if relative and not safepath.within(local, repo / Path(action.multi_lora).parent):
                 raise RuntimeSetupError(f"adapter folder {local} is a link that leaves its model version",
@@ -244,6 +248,11 @@ def _fetcher(materialize: Callable[..., Any] | None) -> Callable[..., Any]:
     return fetch
 
 
-def _local_path(repo: Path, location: str) -> Path:
-    """A local location as model.json or multi_lora.json write it: absolute or ~, else relative to the repository."""
-    return (repo / location if not location.startswith(("/", "~")) else Path(location)).expanduser()
+def _local_path(repo: Path, location: str, file: Path, field: str) -> Path:
+    """A local location as model.json or multi_lora.json write it (`file`, at `field`): absolute or ~, else relative
+    to the repository."""
+    try:
+        return (repo / location if not location.startswith(("/", "~")) else Path(location)).expanduser()
+    except RuntimeError:
+        raise RuntimeSetupError(f"{location!r} names the home folder of no user of this host", file=file,
+                                field=field, expected="an existing folder on this machine") from None

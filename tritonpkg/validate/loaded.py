@@ -106,7 +106,12 @@ class LoadedModel:
         return self.config is not None and self.config.platform == "ensemble"
 
     def rel(self, p: Path) -> str:
-        return p.relative_to(self.repo).as_posix()
+        """`p` relative to the repository; a file outside it (an adapter folder multi_lora.json names by an
+        absolute path) as its absolute path."""
+        try:
+            return p.relative_to(self.repo).as_posix()
+        except ValueError:
+            return p.as_posix()
 
     @property
     def config_rel(self) -> str:

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tritonpkg import adapter_names
 from tritonpkg.repository.adapters import VLLM_DEFAULT_MAX_LORA_RANK
 from tritonpkg.validate.context import Context
 from tritonpkg.validate.loaded import LoadedModel, read_bounded, read_json
@@ -72,6 +73,12 @@ def adapters(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
     base = _Base.of(m.engine_args, version)
     max_rank = m.engine_args.get("max_lora_rank", VLLM_DEFAULT_MAX_LORA_RANK)
     for name, location in entries:
+        why = adapter_names.name_problem(name)
+        if why is not None:
+            yield m.problem("lora.name", "error", f"adapter name '{adapter_names.shown(name)}' {why} (it "
+                            "becomes a request's lora_name and an OpenAI model id)", file=listing,
+                            field=adapter_names.shown(name), expected=f"a name of {adapter_names.RULE}")
+            continue
         if name in seen:
             yield m.problem("lora.duplicate", "error", f"adapter {name!r} is listed twice (JSON keeps the last)",
                             file=listing, field=name, expected="each adapter name once")
@@ -83,7 +90,12 @@ def adapters(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
             continue
         if "://" in location:
             continue  # remote: materialized (and checked by vLLM) at serve
-        folder = Path(location).expanduser() if location.startswith(("/", "~")) else version / location
+        folder = _local(location, version)
+        if folder is None:
+            yield m.problem("lora.folder", "warning", f"adapter {name!r}: folder {location} names no home folder "
+                            "of this host", file=listing, field=name,
+                            expected="the adapter's folder (on the serving host)")
+            continue
         if not location.startswith(("/", "~")) and not _inside(folder, version):
             yield m.problem("lora.folder", "error", f"adapter {name!r}: {location!r} leads outside the model "
                             "version", file=listing, field=name, expected="./<folder> inside the version")
@@ -311,12 +323,23 @@ class _Base:
         model = args.get("model")
         if not isinstance(model, str) or not model or "://" in model:
             return cls(model if isinstance(model, str) else None, None)
-        path = Path(model).expanduser() if model.startswith(("/", "~")) else version / model
-        return cls(model, path if path.is_dir() else None)
+        path = _local(model, version)
+        return cls(model, path if path is not None and path.is_dir() else None)
 
     def modules(self) -> set[str]:
         """Module names with weights (`model.layers.0.self_attn.q_proj`), from the tensor names."""
         return {k.rsplit(".", 1)[0] for k in self.shapes or {} if "." in k}
+
+
+def _local(location: str, version: Path) -> Path | None:
+    """A local location as model.json and multi_lora.json write it: absolute, `~`, or relative to the version;
+    None for a `~user` of no user of this host."""
+    if not location.startswith(("/", "~")):
+        return version / location
+    try:
+        return Path(location).expanduser()
+    except RuntimeError:
+        return None
 
 
 def _arch(folder: Path) -> tuple[str, str, Any] | None:
@@ -362,6 +385,8 @@ def names_apart(models: list[LoadedModel], ctx: Context) -> Iterator[Problem]:
         except (OSError, ValueError, RecursionError):
             continue  # the model rule reports it
         for name in entries if isinstance(entries, dict) else ():
+            if adapter_names.name_problem(name) is not None:
+                continue  # the model rule reports it
             owner = owners.get(name)
             if owner is None:
                 owners[name] = m.name
