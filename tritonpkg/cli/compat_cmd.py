@@ -22,8 +22,8 @@ def show(
     rows = [
         {
             **r.model_dump(),
-            "logits_processor_gpu": compat.logits_processor_interface(r.vllm_base, "gpu"),
-            "backend_imports_list": compat.backend_imports(r.backend_imports),
+            "logits_processor_gpu": compat.logits_processor_interface(r.vllm_base, "gpu") if r.vllm_base else None,
+            "backend_imports_list": compat.backend_imports(r.backend_imports) if r.backend_imports else None,
         }
         for r in compat.releases()
     ]
@@ -34,8 +34,8 @@ def show(
     for col in ("release", "server", "python", "vLLM", "stub numpy", "backend imports", "logits procs (GPU)"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["release"], r["server_version"] or "?", r["python"], r["vllm"], r["stub_numpy"],
-                      r["backend_imports"], r["logits_processor_gpu"])
+        table.add_row(*(r[k] or "unknown" for k in ("release", "server_version", "python", "vllm", "stub_numpy",
+                                                     "backend_imports", "logits_processor_gpu")))
     console.print(table)
     tk = compat.toolkit()
     console.print(

@@ -20,28 +20,40 @@ from pydantic import BaseModel
 from tritonpkg.errors import CompatError
 
 MATRIX_FILE = Path(__file__).with_name("matrix.json")
+UNKNOWN = "unknown"
+"""How a profile names a fact its release row leaves null."""
 LOCAL = "local"
 """Pseudo-release naming the toolkit's own runtime: Triton 2.51 from nvidia-pytriton + the toolkit's vLLM."""
+
+
+UNKNOWABLE = ("server_version", "python", "vllm", "cuda", "cuda_driver", "backend_imports")
+"""Release facts a row may leave null: not published where they could be read (never guessed)."""
 
 
 class Release(BaseModel):
     release: str
     server_version: str | None
     ngc_image: str
-    python: str
-    vllm: str
-    cuda: str
-    cuda_driver: str
+    python: str | None
+    vllm: str | None
+    cuda: str | None
+    cuda_driver: str | None
     stub_numpy: str
-    backend_imports: str
+    backend_imports: str | None
+    source: dict[str, str]
 
     @property
-    def python_minor(self) -> str:
-        return ".".join(self.python.split(".")[:2])
+    def unknown(self) -> list[str]:
+        """The facts this row does not know (null in matrix.json)."""
+        return [name for name in UNKNOWABLE if getattr(self, name) is None]
 
     @property
-    def vllm_base(self) -> Version:
-        return vllm_base_version(self.vllm)
+    def python_minor(self) -> str | None:
+        return ".".join(self.python.split(".")[:2]) if self.python else None
+
+    @property
+    def vllm_base(self) -> Version | None:
+        return vllm_base_version(self.vllm) if self.vllm else None
 
 
 class Mismatch(BaseModel):
@@ -128,6 +140,26 @@ def logits_processor_interface(vllm: Version | str, device: Literal["gpu", "cpu"
     raise CompatError(f"no logits-processor interface recorded for vLLM {v}", file=str(MATRIX_FILE))
 
 
+def engine_args_unavailable(vllm: Version) -> str | None:
+    """Why no AsyncEngineArgs snapshot exists for `vllm` (matrix.json's engine_args.unavailable); None when
+    nothing is recorded (then one must exist: tests/unit/test_compat.py holds it)."""
+    return matrix()["engine_args"]["unavailable"].get(str(vllm))
+
+
+def toolkit_features() -> list[dict]:
+    """Which toolkit parts hold on which vLLM: feature, vllm_from, vllm_before (null: open), holds, why."""
+    return matrix()["toolkit_features"]
+
+
+def feature_holds(feature: str, vllm: Version) -> tuple[bool, str] | None:
+    """(holds, why) for `feature` on `vllm`, from the first row whose range contains it; None when none does."""
+    for row in toolkit_features():
+        upper = row["vllm_before"]
+        if row["feature"] == feature and vllm >= Version(row["vllm_from"]) and (upper is None or vllm < Version(upper)):
+            return bool(row["holds"]), row["why"]
+    return None
+
+
 def installed_version(*dists: str) -> str | None:
     for dist in dists:
         try:
@@ -149,10 +181,10 @@ def required_profile(release: str) -> dict[str, str]:
         }
     r = get_release(release)
     return {
-        "vllm": str(r.vllm_base),
+        "vllm": str(r.vllm_base or UNKNOWN),
         "numpy": r.stub_numpy,
-        "python": r.python_minor,
-        "server": r.server_version or "unverified",
+        "python": r.python_minor or UNKNOWN,
+        "server": r.server_version or UNKNOWN,
     }
 
 
@@ -163,7 +195,11 @@ def check_environment(release: str, environment: dict[str, str | None] | None = 
     problems: list[Mismatch] = []
 
     vllm = env.get("vllm")
-    if vllm is None:
+    if need["vllm"] == UNKNOWN:
+        problems.append(Mismatch(component="vllm", installed=vllm, required=UNKNOWN,
+                                 consequence=f"release {release} does not publish its vLLM: nothing can be "
+                                             "checked against it"))
+    elif vllm is None:
         problems.append(Mismatch(component="vllm", installed=None, required=need["vllm"],
                                  consequence="model.json cannot be checked against a live AsyncEngineArgs "
                                              "and vllm-kind models will not load"))
@@ -181,7 +217,10 @@ def check_environment(release: str, environment: dict[str, str | None] | None = 
 
     py = env.get("python") or ""
     allowed = need["python"].split("|")
-    if py not in allowed:
+    if need["python"] == UNKNOWN:
+        problems.append(Mismatch(component="python", installed=py, required=UNKNOWN,
+                                 consequence=f"release {release} does not publish its Python"))
+    elif py not in allowed:
         problems.append(Mismatch(component="python", installed=py, required=" or ".join(allowed),
                                  consequence="no Python-backend stub is built for this interpreter"))
     return problems

