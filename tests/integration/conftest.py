@@ -18,7 +18,7 @@ import yaml
 
 from tests.differential.corpus import build_cases
 from tests.differential.run import Outcome, run_corpus
-from tests.support.mock_stream import add_streaming_mock
+from tests.support.mock_stream import add_pythonic_mocks, add_streaming_mock
 from tests.support.paths import EXAMPLES
 from tests.support.repositories import make_tiny_llm, package_tiny_llm_and_minilm
 from tests.support.shared import Shared
@@ -83,6 +83,7 @@ def python_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (folder / "tritonpkg.yaml").write_text(yaml.safe_dump(data))
         package_spec(load_spec(folder), repo)
     add_streaming_mock(root, repo)  # the mock tool LLM, decoupled: its answers stream a token at a time
+    add_pythonic_mocks(root, repo)  # pythonic answers, with vLLM's pythonic parser and with none
     return repo
 
 

@@ -231,3 +231,104 @@ def test_reasoning_effort_is_refused_when_the_chat_template_ignores_it(client):
         client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
                                        reasoning_effort="low")
     assert info.value.body["param"] == "reasoning_effort"
+
+
+PYTHONIC, PLAIN = "mock_pythonic_llm", "mock_plain_llm"  # pythonic answers: vLLM's pythonic parser, no parser
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+TOOL_CHOICES = {"auto": "auto", "required": "required", "named": NAMED, "none": "none"}
+PYTHONIC_CALL = '[get_weather(city="Paris", unit="celsius")]'
+
+
+def _raw(frontend, body: dict) -> dict | list[dict]:
+    """The frontend's answer as sent: a body, or a stream's chunks ([DONE] checked and dropped)."""
+    import urllib.request
+
+    request = urllib.request.Request(f"{frontend.url}/v1/chat/completions", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        raw = response.read().decode()
+    if not body.get("stream"):
+        return json.loads(raw)
+    events = [line[6:] for line in raw.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]", events[-3:]
+    return [json.loads(event) for event in events[:-1]]
+
+
+def _joined(chunks: list[dict]) -> dict:
+    """A stream's choice 0 joined as the non-streamed message: content, tool calls by index, finish_reason."""
+    content, calls, reasons = "", {}, []
+    for chunk in chunks:
+        for choice in chunk["choices"]:
+            content += choice["delta"].get("content") or ""
+            for call in choice["delta"].get("tool_calls") or []:
+                slot = calls.setdefault(call["index"], {"name": "", "arguments": ""})
+                slot["name"] += (call.get("function") or {}).get("name") or ""
+                slot["arguments"] += (call.get("function") or {}).get("arguments") or ""
+            reasons += [choice["finish_reason"]] if choice["finish_reason"] else []
+    return {"content": content, "tool_calls": [calls[i] for i in sorted(calls)], "finish_reasons": reasons}
+
+
+def _message(body: dict) -> dict:
+    (choice,) = body["choices"]
+    calls = [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+             for c in choice["message"].get("tool_calls") or []]
+    return {"content": choice["message"]["content"] or "", "tool_calls": calls, "finish_reasons": [choice["finish_reason"]]}
+
+
+# (model, tool_choice) -> (content, calls, finish_reason) as vLLM's server answers it
+EXPECTED = {
+    (PYTHONIC, "auto"): ("", [("get_weather", ARGS)], "tool_calls"),
+    (PYTHONIC, "required"): ("", [("get_weather", ARGS)], "tool_calls"),
+    (PYTHONIC, "named"): ("", [("get_weather", ARGS)], "stop"),
+    (PYTHONIC, "none"): (PYTHONIC_CALL, [], "stop"),
+    (STREAMING, "auto"): ("", [("get_weather", ARGS)], "tool_calls"),
+    (STREAMING, "required"): ("", [("get_weather", ARGS)], "tool_calls"),
+    (STREAMING, "named"): ("", [("get_weather", ARGS)], "stop"),
+    (PLAIN, "required"): ("", [("get_weather", ARGS)], "tool_calls"),
+    (PLAIN, "named"): ("", [("get_weather", ARGS)], "stop"),
+    (PLAIN, "none"): ("Hello! How can I help?", [], "stop"),
+}
+
+
+@pytest.mark.parametrize(("model", "choice"), sorted(EXPECTED), ids=[f"{m}-{c}" for m, c in sorted(EXPECTED)])
+def test_streamed_and_whole_answers_give_the_same_calls_for_every_tool_choice(frontend, model, choice):
+    """With vLLM's pythonic parser (no reasoning parser), with hermes + deepseek_r1, and with no parser: the
+    stream joins to the non-streamed answer, which is vLLM's (a forced choice's content is "", not null)."""
+    tools = [WEATHER] if model == PLAIN and choice == "required" else [WEATHER, TIME]
+    body = {"model": model, "messages": ASK, "tools": tools, "tool_choice": TOOL_CHOICES[choice]}
+    whole = _raw(frontend, body)
+    streamed = _joined(_raw(frontend, {**body, "stream": True}))
+    content, calls, reason = EXPECTED[model, choice]
+    message = whole["choices"][0]["message"]
+    assert message["content"] == (None if choice == "auto" else content)
+    got = _message(whole)
+    assert [(c["name"], json.loads(c["arguments"])) for c in got["tool_calls"]] == calls
+    assert got["finish_reasons"] == [reason]
+    assert streamed["content"].strip() == content.strip() == got["content"].strip()
+    assert streamed["tool_calls"] == got["tool_calls"], (streamed, got)
+    assert streamed["finish_reasons"] == got["finish_reasons"]
+
+
+@pytest.mark.parametrize("choice", ["named", "required"])
+@pytest.mark.parametrize("model", [PYTHONIC, PLAIN])
+def test_a_streamed_forced_call_has_the_chunk_structure_vllm_sends(frontend, model, choice):
+    """The role chunk (content ""), then tool-call deltas only: the first with index, id, type and the name, the
+    later ones argument fragments that join to the non-streamed arguments; no content delta."""
+    tools = [WEATHER] if model == PLAIN else [WEATHER, TIME]
+    body = {"model": model, "messages": ASK, "tools": tools, "tool_choice": TOOL_CHOICES[choice]}
+    (expected,) = _raw(frontend, body)["choices"][0]["message"]["tool_calls"]
+    chunks = _raw(frontend, {**body, "stream": True})
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert deltas[0] == {"role": "assistant", "content": ""}
+    calls = [call for d in deltas[1:] for call in d.get("tool_calls") or []]
+    assert all(set(d) <= {"tool_calls"} for d in deltas[1:]), deltas
+    first, *rest = calls
+    assert set(first) == {"index", "id", "type", "function"} and first["id"]
+    assert (first["index"], first["type"], first["function"]["name"]) == (0, "function", "get_weather")
+    assert rest and all(set(c) == {"index", "function"} and c["index"] == 0 and not c["function"].get("name")
+                        for c in rest), rest
+    fragments = [c["function"]["arguments"] for c in calls]
+    assert len([f for f in fragments if f]) > 3, fragments  # the arguments stream, not one delta
+    assert "".join(fragments) == expected["function"]["arguments"]
+    assert json.loads("".join(fragments)) == ARGS
+    assert chunks[-1]["choices"][0]["finish_reason"] == ("stop" if choice == "named" else "tool_calls")

@@ -46,7 +46,7 @@ def entry(tmp_path, template: str) -> ModelEntry:
 def test_reasoning_effort_reaches_a_template_that_reads_it(tmp_path):
     e = entry(tmp_path, "effort={{ reasoning_effort | default('unset') }}:{{ messages[0]['content'] }}")
     body = chat(reasoning_effort="high")
-    prompt, _ = _render_chat(e, body, chat_plan(body))
+    prompt, _, _ = _render_chat(e, body, chat_plan(body))
     assert prompt == "effort=high:hi"
 
 

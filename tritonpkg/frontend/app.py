@@ -227,7 +227,10 @@ def create_app(settings: FrontendSettings) -> FastAPI:
             parse = ChatParse(parsers, body, plan.n, lambda text: tokenizer.encode(text, add_special_tokens=False))
             parse.sampling_overrides(plan.params)
         size = sum(len(m.text() or "") for m in body.messages)
-        prompt, n_prompt = await _tokenizing(request, size, _render_chat, entry, body, plan)
+        prompt, n_prompt, prompt_ids = await _tokenizing(request, size, _render_chat, entry, body, plan,
+                                                         parse is not None)
+        if parse is not None:
+            parse.set_prompt(prompt_ids)
         if "max_tokens" not in plan.params:
             _set_default_max_tokens(plan, entry, n_prompt, "messages")
         rid, created = new_id("chatcmpl"), int(time.time())
@@ -237,7 +240,7 @@ def create_app(settings: FrontendSettings) -> FastAPI:
             return _sse(chat_events(rid, created, body.model, plan, streams, parse))
         with _naming_the_prompt("messages"):
             output = await _unless_client_leaves(request, _one(backend(request), entry, plan, prompt))
-        return _json(chat_body(rid, created, body.model, output, plan.logprobs, plan.tool, parse))
+        return _json(chat_body(rid, created, body.model, output, plan.logprobs, plan.tool, parse, plan.tool_required))
 
     @app.post("/v1/embeddings", responses=errors, dependencies=v1)
     async def embeddings(body: EmbeddingRequest, request: Request):
@@ -387,9 +390,10 @@ def _set_default_max_tokens(plan: Plan, entry: ModelEntry, prompt_tokens: int, p
         plan.params["max_tokens"] = value
 
 
-def _render_chat(entry: ModelEntry, body: ChatCompletionRequest, plan: Plan) -> tuple[str, int]:
-    """The model's own chat template over the messages -> (prompt text, its token count); runs in the
-    tokenizer pool."""
+def _render_chat(entry: ModelEntry, body: ChatCompletionRequest, plan: Plan,
+                 with_ids: bool = False) -> tuple[str, int, list[int] | None]:
+    """The model's own chat template over the messages -> (prompt text, its token count, its token ids when
+    `with_ids`: what vLLM's parsers get); runs in the tokenizer pool."""
     tokenizer = entry.tokenizer
     if tokenizer is None:
         raise APIError(400, f"chat is unavailable for model '{entry.name}': {entry.tokenizer_error}", param="model")
@@ -409,7 +413,11 @@ def _render_chat(entry: ModelEntry, body: ChatCompletionRequest, plan: Plan) -> 
         raise APIError(400, f"the chat template of model '{entry.name}' refused the messages: {exc}",
                        param="messages") from None
     _check_prompt_bytes(entry, prompt, "messages", " rendered by the chat template")
-    return without_added_bos(prompt, entry.bos_added), _count(tokenizer, prompt, False)
+    text = without_added_bos(prompt, entry.bos_added)
+    if with_ids:
+        ids = tokenizer.encode(prompt, add_special_tokens=False)
+        return text, len(ids), ids
+    return text, _count(tokenizer, prompt, False), None
 
 
 async def _start_all(be: TritonBackend, entry: ModelEntry,

@@ -50,6 +50,7 @@ class Plan:
     echo: bool = False
     logprobs: int | None = None  # top-k to report, None: no logprobs
     tool: str | None = None  # the forced function: the output is its arguments
+    tool_required: bool = False  # forced by tool_choice "required" (its answer finishes as 'tool_calls')
     tools: list[dict[str, Any]] = field(default_factory=list)  # for the chat template
 
 
@@ -256,7 +257,8 @@ def chat_plan(req: ChatCompletionRequest, tool_parser: bool = False) -> Plan:
         params["guided_json"] = strict_json_strings(tool.parameters or {"type": "object"})
     tools = [t.model_dump(exclude_none=True) for t in req.tools or []] if tool is not None else []
     return Plan(prompts=[], params=params, stream=req.stream, n=req.n, include_usage=_usage(req),
-                logprobs=logprobs, tool=tool.name if tool else None, tools=tools)
+                logprobs=logprobs, tool=tool.name if tool else None, tool_required=req.tool_choice == "required",
+                tools=tools)
 
 
 def _check_tool_choice(req: ChatCompletionRequest) -> None:

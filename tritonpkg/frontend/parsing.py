@@ -93,6 +93,15 @@ class ChatParse:
         self._choices = [self._new_parser(self.request) for _ in range(n)]
         self._tools_streamed = [False] * n
         self.named = body.tool_choice is not None and not isinstance(body.tool_choice, str)
+        self.prompt_ids: list[int] | None = None  # the rendered prompt's token ids (set_prompt)
+
+    def set_prompt(self, token_ids: list[int]) -> None:
+        """The rendered prompt's token ids, which vLLM's serving hands every parser: from them a parser
+        decides whether the answer starts after the reasoning, and without a reasoning parser its tool-call
+        phase starts only once it has seen them (else every delta streams as content)."""
+        self.prompt_ids = token_ids
+        for parser in self._choices:
+            parser.set_prompt_token_ids(token_ids)
 
     def _new_parser(self, request: Any) -> Any:
         return self.parsers.parser_cls(self.parsers.tokenizer, request.tools)
@@ -109,28 +118,39 @@ class ChatParse:
         if self.request.skip_special_tokens is False:
             params["skip_special_tokens"] = False
 
+    @property
+    def _forced(self) -> bool:
+        return self.named or self.request.tool_choice == "required"
+
     def message(self, index: int, text: str) -> tuple[dict[str, Any], bool]:
-        """A whole answer -> (the assistant message, whether tools were called)."""
+        """A whole answer -> (the assistant message, whether a 'stop' finishes as 'tool_calls'), as vLLM's
+        chat_completion_full_generator builds it: a forced choice (named or required) has content "" rather
+        than null, `required` finishes as 'tool_calls', auto only when it called tools."""
+        from vllm.entrypoints.serve.utils.tool_calls_utils import maybe_filter_parallel_tool_calls
+        from vllm.renderers.chat_utils import make_tool_call_id
+
         reasoning, content, calls = self._choices[index].parse(
             text, self.request, enable_auto_tools=self.parsers.tools, model_output_token_ids=self.encode(text))
-        message: dict[str, Any] = {"role": "assistant", "content": content}
+        calls = maybe_filter_parallel_tool_calls(list(calls or []), self.request)
+        forced = self.parsers.tools and self._forced
+        message: dict[str, Any] = {"role": "assistant", "content": (content or "") if forced else content}
         if reasoning is not None:
             message["reasoning"] = message["reasoning_content"] = reasoning
         if calls:
-            from vllm.renderers.chat_utils import make_tool_call_id
-
             message["tool_calls"] = [{"id": c.id or make_tool_call_id(), "type": "function",
                                       "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
-            if self.named or self.request.tool_choice == "required":
-                message["content"] = content or ""
-        return message, bool(calls) and not self.named
+        called = bool(calls) and self.request.tool_choice in (None, "auto")
+        return message, called or (forced and self.request.tool_choice == "required")
 
     def delta(self, index: int, text: str, finished: bool) -> dict[str, Any] | None:
         """One streamed delta -> OpenAI's delta object, or None while the parser holds text back."""
+        from vllm.entrypoints.serve.utils.tool_calls_utils import maybe_filter_parallel_tool_calls
+
         out = self._choices[index].parse_delta(text, self.encode(text) if text else [], self.request,
-                                               finished=finished)
+                                               prompt_token_ids=self.prompt_ids, finished=finished)
         if out is None:
             return None
+        out = maybe_filter_parallel_tool_calls(out, self.request)
         delta: dict[str, Any] = {}
         if out.content:
             delta["content"] = out.content
@@ -138,7 +158,7 @@ class ChatParse:
             delta["reasoning"] = delta["reasoning_content"] = out.reasoning
         if out.tool_calls:
             self._tools_streamed[index] = True
-            delta["tool_calls"] = [call.model_dump(exclude_none=True) for call in out.tool_calls]
+            delta["tool_calls"] = [call.model_dump(exclude_unset=True) for call in out.tool_calls]  # as vLLM dumps them
         return delta
 
     def finish_reason(self, index: int, reason: str | None) -> str | None:

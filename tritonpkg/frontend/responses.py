@@ -106,13 +106,20 @@ def tool_call(name: str, arguments: str, call_id: str) -> dict[str, Any]:
 
 
 def chat_message(text: str, tool: str | None) -> dict[str, Any]:
+    """A forced tool's message has content "" beside its call, as vLLM's server answers one."""
     if tool is None:
         return {"role": "assistant", "content": text}
-    return {"role": "assistant", "content": None, "tool_calls": [tool_call(tool, text, new_id("call"))]}
+    return {"role": "assistant", "content": "", "tool_calls": [tool_call(tool, text, new_id("call"))]}
+
+
+def tool_finish(reason: str | None, called: bool) -> str | None:
+    """OpenAI's finish_reason: 'tool_calls' for an answer that ends calling tools (auto or required), never for a
+    named tool."""
+    return "tool_calls" if called and reason == "stop" else reason
 
 
 def chat_body(rid: str, created: int, model: str, output: Output, logprobs: int | None,
-              tool: str | None, parse: Any = None) -> dict[str, Any]:
+              tool: str | None, parse: Any = None, tool_required: bool = False) -> dict[str, Any]:
     """`parse` (parsing.ChatParse): the model's vLLM parsers split each answer into reasoning, content and
     tool calls; finish_reason is 'tool_calls' when an answer called tools (not for a named tool)."""
     choices = []
@@ -120,9 +127,10 @@ def chat_body(rid: str, created: int, model: str, output: Output, logprobs: int 
         reason = finish_reason(output.finish_reasons[i])
         if parse is not None:
             message, called = parse.message(i, text)
-            reason = "tool_calls" if called and reason == "stop" else reason
+            reason = tool_finish(reason, called)
         else:
             message = chat_message(text, tool)
+            reason = tool_finish(reason, tool_required)
         choices.append({
             "index": i,
             "message": message,

@@ -21,6 +21,7 @@ from tritonpkg.frontend.responses import (
     new_id,
     sse,
     tokens_length,
+    tool_finish,
     usage,
 )
 from tritonpkg.frontend.triton import Output
@@ -131,26 +132,27 @@ def chat_events(rid: str, created: int, model: str, plan: Plan, streams: list[St
                        lambda index: {"index": index, "delta": {"role": "assistant", "content": ""},
                                       "logprobs": None, "finish_reason": None},
                        _parsed_choice(plan, parse))
-    call_ids = [new_id("call") for _ in streams]
+    call_ids: list[str | None] = [new_id("call") for _ in streams]  # None once a choice's call is announced
 
     def head(index: int) -> dict[str, Any]:
-        if plan.tool is None:
-            delta: dict[str, Any] = {"role": "assistant", "content": ""}
-        else:
-            delta = {"role": "assistant", "content": None, "tool_calls": [
-                {"index": 0, "id": call_ids[index], "type": "function",
-                 "function": {"name": plan.tool, "arguments": ""}}]}
-        return {"index": index, "delta": delta, "logprobs": None, "finish_reason": None}
+        return {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
 
     def choice(index: int, text: str, positions, reason):
+        """A forced tool as vLLM streams one: its first text announces the call (index, id, type, name and the
+        first argument fragment), the later ones carry argument fragments only."""
         if not text:
             delta: dict[str, Any] = {}
         elif plan.tool is None:
             delta = {"content": text}
+        elif call_ids[index] is not None:
+            delta = {"tool_calls": [{"id": call_ids[index], "type": "function", "index": 0,
+                                     "function": {"name": plan.tool, "arguments": text}}]}
+            call_ids[index] = None
         else:
             delta = {"tool_calls": [{"index": 0, "function": {"arguments": text}}]}
         logprobs = chat_logprobs(positions, plan.logprobs or 0) if positions is not None else None
-        return {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
+        return {"index": index, "delta": delta, "logprobs": logprobs,
+                "finish_reason": tool_finish(reason, plan.tool_required and call_ids[index] is None)}
 
     return _events(base, plan, streams, head, choice)
 

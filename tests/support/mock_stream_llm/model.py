@@ -5,6 +5,8 @@ tokens such as `<tool_call>` whole, as vLLM's detokenizer sends them. Without `s
 text in one response. Test-only: tests/support/mock_stream.py puts it in a repository."""
 
 import importlib.util
+import inspect
+import json
 import os
 
 import numpy as np
@@ -13,7 +15,7 @@ import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     def initialize(self, args):
-        path = os.path.join(args["model_repository"], args["model_version"], "mock_llm.py")
+        path = os.path.join(args["model_repository"], args["model_version"], "mock_llm.py")  # the answers
         spec = importlib.util.spec_from_file_location("mock_llm", path)
         self.mock = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(self.mock)
@@ -35,7 +37,12 @@ class TritonPythonModel:
                 prompt = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy().reshape(-1)[0]
                 stream = pb_utils.get_input_tensor_by_name(request, "stream")
                 stream = bool(stream.as_numpy().reshape(-1)[0]) if stream is not None else False
-                text = self.mock.answer(prompt.decode("utf-8") if isinstance(prompt, bytes) else str(prompt))
+                prompt = prompt.decode("utf-8") if isinstance(prompt, bytes) else str(prompt)
+                params = pb_utils.get_input_tensor_by_name(request, "sampling_parameters")
+                params = json.loads(params.as_numpy().reshape(-1)[0]) if params is not None else {}
+                # answers that follow the request's constraint take its sampling parameters too
+                takes_params = len(inspect.signature(self.mock.answer).parameters) > 1
+                text = self.mock.answer(prompt, params) if takes_params else self.mock.answer(prompt)
                 pieces = self.tokens(text) if stream else [text]
                 for i, piece in enumerate(pieces):
                     last = i == len(pieces) - 1
