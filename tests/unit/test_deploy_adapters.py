@@ -95,6 +95,8 @@ def test_an_adapter_only_release_is_rolled_into_the_live_unit(tmp_path, live_uni
     release = release_from(spec(tmp_path, 2, {"a": adapter(tmp_path / "a2", 2), "b": adapter(tmp_path / "b", 3)}),
                            tmp_path / "work")
     assert plan_release(store, release).strategy == "red-black"  # a target that cannot: a new unit
+    graced = plan_release(store, release, adapter_rollouts=True, adapter_grace_s=10).steps[-1]
+    assert graced.wait_s == 10 and graced.describe().endswith("(after 10 s of grace, the old adapters dropped)")
     plan = plan_release(store, release, adapter_rollouts=True, adapter_grace_s=0)
     assert plan.strategy == "adapters" and plan.new_unit is None and "only the LoRA adapters" in plan.reason
     assert [s.kind for s in plan.steps] == ["adapters", "adapter_check", "adapters", "adapters"]

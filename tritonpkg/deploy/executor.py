@@ -158,9 +158,8 @@ def plan_release(store: StateStore, release: Release, adapter_rollouts: bool = F
     (reads the state, the live unit's files and the release's: a dry run needs no driver). `adapter_rollouts`:
     the target can roll adapters into a running engine (auto then picks that for an adapter-only change)."""
     live = store.live(release.model)
-    rollout = _adapter_rollout(store, release, live, adapter_rollouts)
+    rollout = _adapter_rollout(store, release, live, adapter_rollouts, adapter_grace_s)
     if isinstance(rollout, Plan):
-        rollout.steps[-1].wait_s = adapter_grace_s
         return rollout
     strategy, reason = _strategy(store, release, live)
     if rollout and release.strategy == "auto":
@@ -182,7 +181,8 @@ def _release_facts(release: Release) -> tuple[adapters_mod.AdapterFacts, dict[st
     return adapters_mod.facts(model, version, files), files
 
 
-def _adapter_rollout(store: StateStore, release: Release, live: LiveState, supported: bool) -> Plan | list[str]:
+def _adapter_rollout(store: StateStore, release: Release, live: LiveState, supported: bool,
+                     grace_s: float) -> Plan | list[str]:
     """The adapter rollout of `release` into the live unit, or why there is none ([] when not asked about)."""
     if release.strategy not in ("auto", "adapters"):
         return []
@@ -223,7 +223,7 @@ def _adapter_rollout(store: StateStore, release: Release, live: LiveState, suppo
     live_list = adapters_mod.served_list(serving)
     lists = adapters_mod.rollout_lists(live_list, live_facts.adapters, folders, new_facts.adapters, release.version)
     plan = plan_adapters(live, current.name, release.version, live_list, lists.load, lists.alias, lists.final,
-                         lists.canaries, ADAPTER_GRACE_S, summary=lists.summary)
+                         lists.canaries, grace_s, summary=lists.summary)
     plan.reason = ("--strategy adapters" if release.strategy == "adapters" else
                    "auto: only the LoRA adapters changed, rolled into the live engine of " + current.name)
     return plan
