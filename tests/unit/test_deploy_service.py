@@ -79,6 +79,10 @@ def test_unit_ports_come_from_the_base_three_per_slot_and_the_recorded_base_is_k
     unit = Unit(name="m-blue", version=1)
     options = LocalDriver(tmp_path, unit_port_base=20000).unit_options(unit, tmp_path, slot=2)
     assert (options.http_port, options.grpc_port, options.metrics_port) == (20006, 20007, 20008)
+    assert options.triton_metrics_port == 20008  # Triton's own metrics there: the unit has no merged /metrics
+    from tritonpkg.serve import StartupOptions
+
+    assert StartupOptions(source=tmp_path).triton_metrics_port == 0  # serve: the merged /metrics takes 8002
     assert LocalDriver(tmp_path).unit_ports(3) == (0, 0, 0)  # no base anywhere: free ports
     recorded = LocalDriver(tmp_path, proxy={"unit_port_base": 21000})
     assert recorded.unit_ports(1) == (21003, 21004, 21005)  # a later command, given none, keeps the deployment's

@@ -66,6 +66,12 @@ class StartupOptions(BaseModel):
     metrics_token: str | None = Field(default=None, repr=False, min_length=16, max_length=4096,
                                       description="bearer token the merged /metrics requires; None: open")
 
+    @property
+    def triton_metrics_port(self) -> int:
+        """Triton's own metrics port (0: a free one, on loopback): metrics_port where no merged /metrics takes it
+        (a deploy unit, whose gate reads Triton's own), else a free one that the merged /metrics reads."""
+        return 0 if self.merged_metrics else self.metrics_port
+
 
 @dataclass(frozen=True)
 class PackageFacts:

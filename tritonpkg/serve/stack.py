@@ -273,7 +273,8 @@ class ServingStack:
         t = o.triton
         self.server = TritonServer(
             self._repo(), runtime=self.runtime or ensure_runtime(), host=o.host,
-            http_port=o.http_port or None, grpc_port=o.grpc_port or None, metrics_port=None,
+            http_port=o.http_port or None, grpc_port=o.grpc_port or None,
+            metrics_port=o.triton_metrics_port or None,
             metrics_host="127.0.0.1", model_control=t.model_control_mode, load_models=list(t.load_models),
             log_verbose=t.log_verbose, metrics=t.metrics, extra_args=t.server_args(),
             startup_timeout=o.startup_timeout, log_path=o.log_path, exit_timeout=o.exit_timeout,
