@@ -101,12 +101,12 @@ def deploy(
     if teardown:
         _print_teardown(service.teardown(state, source, k8s), as_json)
         return
-    store = service.store_at(state)
     release = release_from(source, state, strategy)
-    if dry_run or (target == "kubernetes" and out is not None):
-        _print_dry_run(service.dry_run(store, release, target, out, k8s, adapter_grace_s=adapter_grace),
-                       release.version, as_json)
+    if dry_run or (target == "kubernetes" and out is not None):  # writes nothing but `out`
+        _print_dry_run(service.dry_run(service.store_at(state, read_only=True), release, target, out, k8s,
+                                       adapter_grace_s=adapter_grace), release.version, as_json)
         return
+    store = service.store_at(state)
     driver = service.driver_for(target, state, release.model, http_port=http_port, grpc_port=grpc_port,
                                 unit_port_base=unit_port_base, kubernetes=k8s)
     progress = None if as_json else (lambda phase, step: err_console.print(

@@ -32,8 +32,9 @@ class KubernetesOptions(BaseModel):
 
 
 # -- state and drivers ---------------------------------------------------------------------------------
-def store_at(state: Path) -> StateStore:
-    return StateStore(state / "state.db")
+def store_at(state: Path, read_only: bool = False) -> StateStore:
+    """The state file in folder `state`; `read_only` (a dry run) creates and writes nothing there."""
+    return StateStore(state / "state.db", read_only=read_only)
 
 
 def local_driver(state: Path, model: str, http_port: int = 0, grpc_port: int = 0,
@@ -110,16 +111,21 @@ def dry_run_manifests(plan: Plan, release: Release, k: KubernetesOptions) -> lis
 
 def dry_run(store: StateStore, release: Release, target: str, out: Path | None = None,
             kubernetes: KubernetesOptions | None = None, adapter_grace_s: float = ADAPTER_GRACE_S) -> DryRun:
-    """The plan deploy would run now, changing nothing live; for kubernetes the release is packaged and its
-    manifests validated (and written to `out`, each 0600: the Secret's key is among them)."""
+    """The plan deploy would run now, changing nothing live and writing nothing but `out` (give it a read-only
+    store: store_at(state, read_only=True)); for kubernetes the release is packaged into a temporary folder
+    and its manifests validated (and written to `out`, each 0600: the Secret's key is among them)."""
     if target != "kubernetes":
         return DryRun(plan=plan_release(store, release, adapter_rollouts=target == "local",
                                         adapter_grace_s=adapter_grace_s))
+    import tempfile
+
     from tritonpkg.deploy.drivers import kubernetes as k8s
 
-    release = build(release)  # the manifests carry the packaged repository
-    plan = plan_release(store, release)
-    manifests = dry_run_manifests(plan, release, kubernetes or KubernetesOptions())
+    with tempfile.TemporaryDirectory(prefix="tritonpkg-dry-run-") as scratch:
+        # the manifests carry the packaged repository's files, not its path
+        release = build(release.model_copy(update={"repository": Path(scratch) / "repository"}))
+        plan = plan_release(store, release)
+        manifests = dry_run_manifests(plan, release, kubernetes or KubernetesOptions())
     result = DryRun(plan=plan, validated=k8s.validate(manifests))
     if out is not None:
         import yaml

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonpkg.deploy.plan import LiveState, Plan, Step, Unit
+from tritonpkg.errors import TritonpkgError
 from tritonpkg.private import (  # noqa: F401  the state's file rules, re-exported
     StateDirError,
     check_file,
@@ -98,10 +99,17 @@ def recorded_group(facts: Mapping[str, Any], what: str) -> tuple[int | None, str
 
 
 class StateStore:
-    """A small SQLite file; each call is its own transaction so a kill leaves a consistent file."""
+    """A small SQLite file; each call is its own transaction so a kill leaves a consistent file.
+    `read_only` (a dry run): nothing is created or written, a state that does not exist reads as empty."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, read_only: bool = False) -> None:
         self.path = Path(path).absolute()
+        self.read_only = read_only
+        if read_only:
+            if os.path.lexists(self.path.parent):
+                secure_dir(self.path.parent)  # checks an existing folder, creates nothing
+            self._exists = check_file(self.path)
+            return
         secure_dir(self.path.parent)
         if not check_file(self.path):
             try:
@@ -136,13 +144,25 @@ class StateStore:
     def _db(self) -> Iterator[sqlite3.Connection]:
         for name in (self.path.name, self.path.name + "-journal", self.path.name + "-wal", self.path.name + "-shm"):
             check_file(self.path.parent / name)
-        db = sqlite3.connect(self.path, timeout=30)
+        db = self._connect()
         db.row_factory = sqlite3.Row
         try:
             with db:
                 yield db
+                if self.read_only and db.total_changes:
+                    raise TritonpkgError("a read-only state (a dry run's) was asked to change", file=self.path,
+                                         expected="reads only")
         finally:
             db.close()
+
+    def _connect(self) -> sqlite3.Connection:
+        if not self.read_only:
+            return sqlite3.connect(self.path, timeout=30)
+        if not self._exists:  # no state yet: an empty one in memory
+            db = sqlite3.connect(":memory:")
+            db.executescript(SCHEMA)
+            return db
+        return sqlite3.connect(self.path.as_uri() + "?mode=ro", uri=True, timeout=30)
 
     # -- deployments and units --------------------------------------------------------------------
     def models(self) -> list[str]:
