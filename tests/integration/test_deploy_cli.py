@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.deploy import free_port_base
 from tests.support.specs import write_deploy_spec
 
 pytestmark = pytest.mark.integration
@@ -36,29 +37,6 @@ def infer(url: str, model: str, version: int, input_name: str) -> str:
         return json.loads(resp.read())["model_version"]
 
 
-def _free_range(n: int) -> int:
-    """A base port below Linux's ephemeral range whose next `n` loopback ports are all free now."""
-    import random
-    import socket
-
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(20000, 30000)
-        socks = []
-        try:
-            for port in range(base, base + n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise AssertionError(f"no {n} consecutive free ports found")
-
-
 def test_deploy_status_rollback_teardown(tmp_path: Path):
     from tritonpkg.deploy.drivers.haproxy import ProxyError, find_haproxy
 
@@ -69,7 +47,7 @@ def test_deploy_status_rollback_teardown(tmp_path: Path):
         (pytest.fail if os.environ.get("CI") else pytest.skip)(str(exc))
     state = str(tmp_path / "state")
     pgids: list[int] = []
-    base = _free_range(3 * 6)  # 3 ports for each of the proxy's 6 slots
+    base = free_port_base(3 * 6)  # 3 ports for each of the proxy's 6 slots
     try:
         out = json.loads(tp("deploy", str(write_deploy_spec(tmp_path, "cli_m", 1)), "--state", state, "--dwell", "0.3",
                             "--unit-port-base", str(base), "--json").stdout)

@@ -112,3 +112,23 @@ def test_the_spec_can_set_the_unit_port_base_and_the_command_line_wins(write_spe
     with pytest.raises(TritonpkgError) as err:
         LocalDriver(tmp_path).port_base_for(release.model_copy(update={"unit_port_base": 65530}))
     assert err.value.field == "deployment.unit_port_base"
+
+
+def test_a_unit_serves_a_copy_of_its_own_and_a_rename_there_leaves_the_source(tmp_path: Path) -> None:
+    from tritonpkg.deploy.drivers.local import serving_copy
+
+    src = tmp_path / "repo"
+    (src / "m" / "1" / "adapters" / "a").mkdir(parents=True)
+    (src / "m" / "1" / "multi_lora.json").write_text('{"a": "./adapters/a"}\n')
+    (src / "m" / "1" / "adapters" / "a" / "w.bin").write_bytes(b"\1" * 64)
+    copy = serving_copy(src, tmp_path / "unit" / "repository")
+    version = copy / "m" / "1"
+    assert (version / "adapters" / "a" / "w.bin").stat().st_ino == (src / "m" / "1" / "adapters" / "a" /
+                                                                     "w.bin").stat().st_ino  # linked, not copied
+    assert not (version / "adapters").samefile(src / "m" / "1" / "adapters")  # folders of its own
+    staged = version / ".multi_lora.json.next"
+    staged.write_text("{}\n")
+    staged.replace(version / "multi_lora.json")  # how the driver writes the served list
+    (version / ".multi_lora.served.json").write_text("{}\n")
+    assert (src / "m" / "1" / "multi_lora.json").read_text() == '{"a": "./adapters/a"}\n'
+    assert sorted(p.name for p in (src / "m" / "1").iterdir()) == ["adapters", "multi_lora.json"]

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 SUMMARY = "--metrics-config=summary_latencies=true"
 UNIT_PORTS = 3  # per slot from unit_port_base: HTTP, gRPC, metrics
+SERVING_COPY = "repository"  # under the unit's folder: the repository it serves (serving_copy)
 
 
 class LocalDriver:
@@ -195,12 +196,17 @@ class LocalDriver:
         first = base + UNIT_PORTS * slot
         return first, first + 1, first + 2
 
+    def unit_folder(self, name: str) -> Path:
+        """The unit's folder: its serving copy, the serve stage's files, its metrics files."""
+        return self.workdir / "units" / name
+
     def unit_options(self, unit: Unit, repository: Path, slot: int = 0) -> Any:
-        """The serve stage's options for one unit: loopback ports of its own (unit_ports), no public /metrics
-        or OpenAI API (HAProxy fronts it, the gate reads Triton's metrics), its files under the unit's folder."""
+        """The serve stage's options for one unit: loopback ports of its own (unit_ports, Triton's own metrics on
+        the third: no public merged /metrics, the gate reads Triton's), no OpenAI API (HAProxy fronts it), its
+        files under the unit's folder."""
         from tritonpkg.serve import StartupOptions, TritonOptions
 
-        unit_dir = self.workdir / "units" / unit.name
+        unit_dir = self.unit_folder(unit.name)
         triton = self.triton or TritonOptions(extra_args=(SUMMARY,))
         http, grpc, metrics = self.unit_ports(slot)
         return StartupOptions(source=repository, http_port=http, grpc_port=grpc, metrics_port=metrics, openai=False,
@@ -228,21 +234,22 @@ class LocalDriver:
         base = self.port_base_for(release)
         if base:
             self.proxy["unit_port_base"] = base  # saved with the proxy: later deploys keep it
-        options = self.unit_options(unit, repo, slot)
+        unit_dir = self.unit_folder(unit.name)
+        options = self.unit_options(unit, unit_dir / SERVING_COPY, slot)
         log = options.log_path
         state.check_file(log)
         log.unlink(missing_ok=True)
-        if options.state_dir is not None and options.state_dir.exists():
-            shutil.rmtree(options.state_dir)  # a unit name is used once; what is there is an aborted start's
+        if unit_dir.exists():
+            shutil.rmtree(unit_dir)  # a unit name is used once; what is there is an aborted start's
         # recorded before the spawn: a command killed before the group's record leaves a unit that names its
         # folder, and each process of the unit carries spawn_tag(folder) (see retire)
-        unit_dir = options.state_dir or self.workdir / "units" / unit.name
         on_started(Endpoints(slot=slot, log=str(log), unit_dir=str(unit_dir)))
+        serving_copy(repo, state.secure_dir(unit_dir) / SERVING_COPY)
         stack = ServingStack(options, runtime=self.runtime)
 
         def spawned(group: ProcessGroup) -> None:  # tritonserver, recorded before start() waits for it
             on_started(Endpoints(slot=slot, **state.identity_fields(group.pgid), log=str(log),
-                                 unit_dir=str(options.state_dir)))
+                                 unit_dir=str(unit_dir)))
 
         self._start(stack.start, spawned, spawn_tag(unit_dir))  # start() stops what it started when a step fails
         self._servers[slot] = stack
@@ -253,7 +260,7 @@ class LocalDriver:
         return Endpoints(slot=slot, **state.identity_fields(server.pgid), http_url=server.http_url,
                          grpc_url=server.grpc_url, metrics_url=server.metrics_url, log=str(log),
                          repository=str(repo), serving_repository=str(stack.repository),
-                         unit_dir=str(options.state_dir),
+                         unit_dir=str(unit_dir),
                          weights=[{"source": w.source, "path": w.path, "kind": w.kind} for w in stack.weights])
 
     def health_check(self, model: str, version: int, ep: Endpoints, smoke: dict[str, Any] | None) -> str:
@@ -315,7 +322,7 @@ class LocalDriver:
         """The unit's folder as recorded, only when it is one under this driver's units/ (the path comes from
         the state file)."""
         folder = Path(ep.unit_dir) if ep.unit_dir else None
-        if folder is not None and folder.parent == self.workdir / "units" and not folder.is_symlink():
+        if folder is not None and folder == self.unit_folder(folder.name) and not folder.is_symlink():
             return folder
         return None
 
@@ -344,9 +351,9 @@ class LocalDriver:
         self._set_map("current", f"slot{ep.slot}")
 
     def adapters(self, model: str, version: int, ep: Endpoints, listing: Mapping[str, str]) -> dict[str, str]:
-        """Rename the next list onto the unit's served multi_lora.json (its backend follows the file). Only a
-        serving copy under this driver's folder is written (deploy's own release or serve's copy), never a
-        repository deploy was given in place; a remote source is materialized first, as serve does."""
+        """Rename the next list onto the unit's served multi_lora.json (its backend follows the file). Only the
+        unit's serving copy under this driver's folder is written, never the release or repository it was
+        started from; a remote source is materialized first, as serve does."""
         from tritonpkg import safepath
         from tritonpkg.serve import weights as w
 
@@ -355,9 +362,9 @@ class LocalDriver:
         serving = Path(ep.serving_repository)
         version_dir = serving / model / str(version)
         if not safepath.within(version_dir, self.workdir):
-            raise TritonpkgError(f"{serving} is served in place (a repository given to deploy): an adapter rollout "
-                                 "would rewrite its multi_lora.json", field="strategy",
-                                 expected="deploy from the spec, or --strategy red-black")
+            raise TritonpkgError(f"{serving} is served in place (a unit started by an older tritonpkg): an adapter "
+                                 "rollout would rewrite its multi_lora.json", field="strategy",
+                                 expected="--strategy red-black once, for a unit serving its own copy")
         root = self.weights_root or w.default_weights_root()
         written = {name: str(w.fetch_adapter(location, root)) if "://" in location else location
                    for name, location in listing.items()}
@@ -451,6 +458,23 @@ class LocalDriver:
             self._stop_unrecorded_proxy()
         for key in ("pgid", "pg_start", "pg_exe", "pg_identity"):
             self.proxy.pop(key, None)
+
+
+def serving_copy(repository: Path, dest: Path) -> Path:
+    """The repository as a unit serves it: folders of its own (what Triton, the backend and an adapter rollout
+    add or rename there stays in the unit's), each file hard-linked where the filesystem allows, else copied.
+    A link is never written through: every writer of a served folder replaces files by rename (the adapter
+    list, the backend's acknowledgement)."""
+
+    def link_or_copy(src: str, dst: str) -> str:
+        try:
+            os.link(src, dst, follow_symlinks=False)
+        except OSError:  # another filesystem, or a file hard links may not name (another user's)
+            shutil.copy2(src, dst)
+        return dst
+
+    shutil.copytree(repository, dest, symlinks=True, copy_function=link_or_copy)
+    return dest
 
 
 def _check_port_base(base: int, slots: int, field: str) -> int:
