@@ -1,0 +1,502 @@
+"""One fuzz target per parser of outside input: a hypothesis strategy of structured cases (plain JSON data) and
+the run that turns a case into files or a request under the harness's root and parses it."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import json
+import os
+import struct
+import sys
+import tarfile
+import types
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+from hypothesis import strategies as st
+
+from tests.fuzz.harness import Target, Violation
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE_BACKENDS = ROOT / "tests" / "unit" / "validate_fixtures" / "backends"
+
+# -- shared pieces --------------------------------------------------------------------------------------------
+
+NASTY = ["", ".", "..", "../x", "/abs", "~", "~no-such-user-41/x", "a\x00b", "a\nb", "\u202e", "é", "a" * 300,
+         "x/../../y", "a//b", "s3://bkt/p", "hf://o/n@r", "file:///etc", "memory://m", " ", "@", "a@3", "1"]
+WORDS = st.sampled_from(["m", "model", "tiny_llm", "alpha", "support-bot", "legal.bot", "x", "vllm", "python",
+                         "ensemble", "text_input", "1", "-1", "true", "null", "0", "2147483648", "1e309"])
+TEXT = st.one_of(WORDS, st.sampled_from(NASTY), st.text(max_size=12))
+JSON_SCALAR = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=False), TEXT)
+JSON = st.recursive(JSON_SCALAR, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                         st.dictionaries(TEXT, inner, max_size=4)), max_leaves=12)
+
+
+def _json_text(value: Any) -> st.SearchStrategy[str]:
+    """`value` as JSON text, or that text cut short, or not JSON at all."""
+    text = json.dumps(value)
+    return st.sampled_from([text, text[: len(text) // 2], "{", "[" * 2000, "\ufeff" + text])
+
+
+def json_file(values: st.SearchStrategy[Any]) -> st.SearchStrategy[str]:
+    return values.flatmap(_json_text)
+
+
+@contextlib.contextmanager
+def _env(**values: str) -> Iterator[None]:
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _write(path: Path, text: str | bytes) -> None:
+    """Write a generated file; a name no file system takes is simply not there (the case goes on without it)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        (path.write_bytes if isinstance(text, bytes) else lambda t: path.write_text(t, "utf-8", "surrogatepass"))(
+            text)  # type: ignore[operator]
+    except (OSError, ValueError):
+        pass
+
+
+def _inside(root: Path, rel: str) -> Path | None:
+    """`root/rel` when `rel` stays lexically under root (a generated name must not make the harness itself
+    write outside)."""
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if not parts or ".." in parts or "\x00" in rel:
+        return None
+    return root.joinpath(*parts)
+
+
+# -- spec loader (YAML + pydantic) -----------------------------------------------------------------------------
+
+_TENSOR = st.fixed_dictionaries({"name": TEXT, "data_type": st.sampled_from(["FP32", "TYPE_INT64", "STRING",
+                                                                              "BF16", "X", ""]),
+                                 "dims": st.lists(st.integers(-3, 2**64), max_size=3)})
+_ADAPTER = st.fixed_dictionaries({"name": TEXT, "source": TEXT},
+                                 optional={"revision": TEXT, "extra": JSON_SCALAR})
+_SPEC = st.fixed_dictionaries(
+    {"name": TEXT, "version": st.one_of(st.integers(-1, 2**64), TEXT),
+     "kind": st.sampled_from(["vllm", "python", "x"])},
+    optional={
+        "weights": TEXT,
+        "engine_args": st.dictionaries(st.sampled_from(["max_model_len", "dtype", "enable_lora", "max_lora_rank",
+                                                        "gpu_memory_utilization", "model", "x"]), JSON_SCALAR,
+                                       max_size=4),
+        "adapters": st.lists(_ADAPTER, max_size=3),
+        "python": st.fixed_dictionaries({"template": st.sampled_from(["custom", "tokenizer", "ensemble", "..", "x"])},
+                                        optional={"inputs": st.lists(_TENSOR, max_size=2),
+                                                  "outputs": st.lists(_TENSOR, max_size=2),
+                                                  "files": st.lists(TEXT, max_size=2),
+                                                  "parameters": st.dictionaries(TEXT, JSON_SCALAR, max_size=2)}),
+        "openai": st.one_of(st.booleans(), st.fixed_dictionaries({}, optional={"tool_call_parser": TEXT,
+                                                                                "reasoning_parser": TEXT})),
+        "target_release": st.sampled_from(["24.10", "26.07", "99.99", ""]),
+        "deployment": st.dictionaries(st.sampled_from(["strategy", "traffic_steps", "min_requests", "x"]),
+                                      JSON, max_size=2),
+        "requirements": st.lists(TEXT, max_size=2),
+    })
+_RAW_YAML = st.sampled_from([
+    "a: &x [1]\nb: *x\n", "!!python/object/apply:os.system ['true']\n", "name: m\nname: n\n", "[" * 500,
+    "? [a]\n: 1\n", "name: !!binary aGk=\n", "%YAML 9.9\n---\nname: m\n", "\t- x", "name: m\0\n", "\ufeffname: m\n",
+    "- " * 60 + "x", "{" + "a: {" * 40 + "}" * 41, "name: m\nversion: 1\nkind: vllm\nweights: " + "x/" * 3000,
+])
+
+
+def _spec_text(case: dict[str, Any]) -> str:
+    return case["raw"] if "raw" in case else yaml.safe_dump(case["spec"], allow_unicode=True)
+
+
+SPEC_CASES = st.one_of(st.builds(lambda s: {"spec": s}, _SPEC), st.builds(lambda r: {"raw": r}, _RAW_YAML),
+                       st.builds(lambda r, s: {"raw": r + yaml.safe_dump(s)}, _RAW_YAML, _SPEC))
+
+
+def _run_spec(case: dict[str, Any], root: Path) -> Any:
+    from tritonpkg.spec import load_spec
+
+    folder = root / "spec"
+    folder.mkdir()
+    path = folder / "tritonpkg.yaml"
+    path.write_text(_spec_text(case), "utf-8", "surrogatepass")
+    return load_spec(path)
+
+
+def _spec_errors() -> tuple[type[BaseException], ...]:
+    from tritonpkg.errors import SpecError
+
+    return (SpecError,)
+
+
+# -- repository loading and every validate rule -----------------------------------------------------------------
+
+_PBTXT_LINES = st.sampled_from([
+    'backend: "vllm"', 'backend: "python"', 'platform: "ensemble"', 'platform: "onnxruntime_onnx"', 'name: "m"',
+    "max_batch_size: 8", "max_batch_size: -1", "max_batch_size: 99999999999", "dynamic_batching { }",
+    "sequence_batching { }", "model_transaction_policy { decoupled: true }",
+    "model_transaction_policy { decoupled: false }",
+    'input [ { name: "text_input" data_type: TYPE_STRING dims: [1] } ]',
+    'input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1, 4 ] optional: true } ]',
+    'output [ { name: "text_output" data_type: TYPE_STRING dims: [-1] } ]',
+    'output [ { name: "OUT" data_type: TYPE_BF16 dims: [ ] } ]',
+    "instance_group [ { count: 1 kind: KIND_MODEL } ]", "instance_group [ { count: 0 kind: KIND_GPU gpus: [7] } ]",
+    'parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "/x.tar.gz" } }',
+    ('ensemble_scheduling { step [ { model_name: "a" model_version: -1 input_map { key: "IN" value: "X" } '
+     'output_map { key: "OUT" value: "Y" } } ] }'),
+    "ensemble_scheduling { step [ { model_name: \"m\" model_version: 3 } ] }",
+    "version_policy { specific { versions: [ 1, 2 ] } }", "optimization { }", "{", "}", "input [", 'backend: "\\x00"',
+    "unknown_field: 1", "# comment", "max_batch_size: 8 max_batch_size: 4",
+])
+_PBTXT = st.one_of(st.lists(_PBTXT_LINES, max_size=8).map("\n".join), st.text(max_size=40))
+_ENGINE_ARGS = st.dictionaries(
+    st.sampled_from(["model", "enable_lora", "max_lora_rank", "max_loras", "dtype", "max_model_len",
+                     "gpu_memory_utilization", "tensor_parallel_size", "logits_processors", "enforce_eager",
+                     "stream_interval", "tokenizer", "x"]),
+    st.one_of(JSON_SCALAR, st.sampled_from(["./weights", "/nonexistent", "~", "~no-such-user-41"])), max_size=6)
+_ADAPTER_CONFIG = st.fixed_dictionaries({}, optional={
+    "r": JSON_SCALAR, "lora_alpha": JSON_SCALAR, "peft_type": st.sampled_from(["LORA", "IA3", ""]),
+    "target_modules": st.one_of(st.lists(TEXT, max_size=3), st.sampled_from(["(", ".*", "q_proj", "[a-"])),
+    "base_model_name_or_path": st.one_of(TEXT, st.sampled_from(["./weights", "/"])),
+    "rank_pattern": st.one_of(JSON, st.dictionaries(TEXT, st.integers(-2, 2**40), max_size=2)),
+    "modules_to_save": JSON, "use_dora": JSON_SCALAR, "bias": JSON_SCALAR})
+_TENSOR_ENTRY = st.fixed_dictionaries({"dtype": st.sampled_from(["F32", "BF16", "X"]),
+                                       "shape": st.one_of(st.lists(st.integers(-1, 2**64), max_size=3), JSON),
+                                       "data_offsets": st.lists(st.integers(-1, 2**64), max_size=2)})
+_SAFETENSORS = st.fixed_dictionaries({
+    "header": st.one_of(st.dictionaries(st.sampled_from(
+        ["base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight",
+         "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight",
+         "model.layers.0.self_attn.q_proj.weight", "model.embed_tokens.weight", "__metadata__", "x.lora_A.weight"]),
+        st.one_of(_TENSOR_ENTRY, JSON), max_size=4), JSON),
+    "size": st.one_of(st.none(), st.integers(0, 2**64 - 1)), "cut": st.integers(0, 3)})
+_ADAPTER_DIR = st.fixed_dictionaries({}, optional={"adapter_config.json": json_file(_ADAPTER_CONFIG),
+                                                   "adapter_model.safetensors": _SAFETENSORS})
+_VERSION = st.fixed_dictionaries({}, optional={
+    "model.json": json_file(_ENGINE_ARGS),
+    "multi_lora.json": json_file(st.dictionaries(TEXT, st.one_of(st.sampled_from(["./ad", "./ad/", "../ad", "/",
+                                                                                  "~", "s3://bkt/x"]), JSON_SCALAR),
+                                                 max_size=3)),
+    "ad": _ADAPTER_DIR,
+    "weights": st.fixed_dictionaries({}, optional={"config.json": json_file(JSON),
+                                                   "model.safetensors": _SAFETENSORS}),
+    "model.py": st.sampled_from(["", "import os\nos.system('x')\n", "class TritonPythonModel:\n    pass\n",
+                                 "def (:\n", "\x00"]),
+})
+_MODEL = st.fixed_dictionaries({"name": st.one_of(WORDS, st.sampled_from(["a b", "é", ".hidden", "a" * 200])),
+                                "config": st.one_of(st.none(), _PBTXT),
+                                "versions": st.dictionaries(st.sampled_from(["1", "2", "0", "01", "-1",
+                                                                             "9223372036854775808", "x"]),
+                                                            _VERSION, max_size=2)})
+REPO_CASES = st.fixed_dictionaries({"models": st.lists(_MODEL, max_size=3)},
+                                   optional={"lock": json_file(JSON), "stray": TEXT})
+
+
+def safetensors_bytes(spec: dict[str, Any]) -> bytes:
+    header = json.dumps(spec["header"]).encode()
+    size = len(header) if spec["size"] is None else spec["size"]
+    data = struct.pack("<Q", size) + header + b"\0" * 16
+    return data[: len(data) - spec["cut"] * 9] if spec["cut"] < 3 else data[:5]
+
+
+def _write_tree(folder: Path, tree: dict[str, Any]) -> None:
+    for name, value in tree.items():
+        if isinstance(value, dict) and name.endswith(".safetensors"):
+            _write(folder / name, safetensors_bytes(value))
+        elif isinstance(value, dict):
+            (folder / name).mkdir(parents=True, exist_ok=True)
+            _write_tree(folder / name, value)
+        else:
+            _write(folder / name, value)
+
+
+def build_repository(case: dict[str, Any], root: Path) -> Path:
+    repo = root / "repo"
+    repo.mkdir()
+    for model in case["models"]:
+        folder = _inside(repo, model["name"])
+        if folder is None or "/" in model["name"]:
+            continue
+        with contextlib.suppress(OSError):
+            folder.mkdir(exist_ok=True)
+        if not folder.is_dir():
+            continue
+        if model["config"] is not None:
+            _write(folder / "config.pbtxt", model["config"])
+        for version, files in model["versions"].items():
+            (folder / version).mkdir(exist_ok=True)
+            _write_tree(folder / version, files)
+    if "lock" in case:
+        _write(repo / "tritonpkg.lock.json", case["lock"])
+    if "stray" in case and _inside(repo, case["stray"]) is not None:
+        _write(repo / case["stray"].replace("/", "_"), "x")
+    return repo
+
+
+def _run_validate(case: dict[str, Any], root: Path) -> Any:
+    from tritonpkg.validate import validate_repository
+
+    repo = build_repository(case, root)
+    with _env(TRITONPKG_BACKENDS=str(FIXTURE_BACKENDS), TRITONPKG_NO_LIVE_VLLM="1"):
+        return validate_repository(repo)
+
+
+def _check_report(report: Any) -> None:
+    for p in report.problems:
+        if not p.file or not p.rule or p.severity not in ("error", "warning"):
+            raise Violation(f"validate: a finding without a file or rule: {p}")
+        for text in (p.file, p.field or "", p.message):
+            if "\x00" in text:
+                raise Violation(f"validate: a finding carries a raw NUL: {p}")
+
+
+# -- archive unpack and lock verification ------------------------------------------------------------------------
+
+_MEMBER_NAMES = st.one_of(st.sampled_from(["repository/tritonpkg.lock.json", "repository/m/config.pbtxt",
+                                           "repository/m/1/model.json", "wheels/p-1-py3-none-any.whl",
+                                           "repository", "repository/m", "x", "../x", "/abs", "repository/../..",
+                                           "repository/m/1/../../../outside/y", "./repository/a", "a\x00b",
+                                           "repository/" + "d/" * 60 + "f", "repository//m"]), TEXT)
+_MEMBER = st.fixed_dictionaries({"name": _MEMBER_NAMES,
+                                 "type": st.sampled_from(["file", "file", "dir", "sym", "hard", "fifo", "chr"]),
+                                 "data": st.text(max_size=20),
+                                 "link": st.one_of(_MEMBER_NAMES, st.sampled_from(["../outside", "/etc/passwd", ".",
+                                                                                   "..", "repository/m"])),
+                                 "mode": st.sampled_from([0o644, 0o755, 0o4755, 0o777, 0])})
+_LOCK_FILES = st.dictionaries(_MEMBER_NAMES, st.sampled_from(["", "0" * 64, "x"]), max_size=3)
+_LOCK_ENTRY = st.fixed_dictionaries({}, optional={"files": st.one_of(_LOCK_FILES, JSON), "plugins": JSON})
+_LOCK_MODEL = st.fixed_dictionaries({"versions": st.one_of(JSON, st.dictionaries(st.sampled_from(["1", "x"]),
+                                                                                 _LOCK_ENTRY, max_size=2))},
+                                    optional={"config_sha256": TEXT})
+_LOCK = st.one_of(JSON, st.fixed_dictionaries({"lock_version": st.sampled_from([1, 2, "1", None]),
+                                               "models": st.one_of(JSON, st.dictionaries(TEXT, _LOCK_MODEL,
+                                                                                         max_size=2))}))
+ARCHIVE_CASES = st.fixed_dictionaries({"members": st.lists(_MEMBER, max_size=6), "lock": st.one_of(st.none(), _LOCK),
+                                       "gzip": st.booleans()})
+
+
+def archive_bytes(case: dict[str, Any]) -> bytes:
+    buf = io.BytesIO()
+    kinds = {"file": tarfile.REGTYPE, "dir": tarfile.DIRTYPE, "sym": tarfile.SYMTYPE, "hard": tarfile.LNKTYPE,
+             "fifo": tarfile.FIFOTYPE, "chr": tarfile.CHRTYPE}
+    with tarfile.open(fileobj=buf, mode="w:gz" if case["gzip"] else "w", format=tarfile.PAX_FORMAT) as tar:
+        members = list(case["members"])
+        if case["lock"] is not None:
+            members.append({"name": "repository/tritonpkg.lock.json", "type": "file", "data": json.dumps(case["lock"]),
+                            "link": "", "mode": 0o644})
+        for m in members:
+            info = tarfile.TarInfo(m["name"])
+            info.type, info.mode = kinds[m["type"]], m["mode"]
+            data = m["data"].encode("utf-8", "surrogatepass")
+            if m["type"] in ("sym", "hard"):
+                info.linkname = m["link"]
+            try:
+                if m["type"] == "file":
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+                else:
+                    tar.addfile(info)
+            except (ValueError, UnicodeEncodeError):
+                continue
+    return buf.getvalue()
+
+
+def _run_archive(case: dict[str, Any], root: Path) -> Any:
+    from tritonpkg.serve.unpack import unpack_archive, verify_unpacked
+
+    archive = root / "pkg.tar.gz"
+    archive.write_bytes(archive_bytes(case))
+    package = unpack_archive(archive, root / "unpacked")
+    verify_unpacked(package, archive)
+    return package
+
+
+def _package_errors() -> tuple[type[BaseException], ...]:
+    from tritonpkg.errors import PackageError
+
+    return (PackageError,)
+
+
+# -- plugin wheel inspection -------------------------------------------------------------------------------------
+
+_DIST = st.sampled_from(["p-1.0.dist-info", "p-1.0.dist-info", "q-2.dist-info", "../p-1.0.dist-info", "p.dist-info",
+                         "p-1.0.data", ""])
+_WHEEL_NAMES = st.one_of(st.sampled_from(["p/__init__.py", "p/x.so", "../evil.py", "/abs.py", "vllm/__init__.py",
+                                          "numpy/__init__.py", "p/../../x", "a\x00b.py", "torch.pth", "p.pth"]), TEXT)
+_METADATA = st.builds(lambda name, version, extra: f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{extra}",
+                      st.sampled_from(["p", "", "P", "p\nq"]), st.sampled_from(["1.0", "", "x", "1.0\n"]),
+                      st.sampled_from(["", "Requires-Dist: numpy>=2\n", "Requires-Dist: [\n", "Requires-Dist: vllm\n"]))
+_ENTRY_POINTS = st.sampled_from(["", "[vllm.logits_processors]\np = p:P\n", "[x\n", "[vllm.general_plugins]\n=\n",
+                                 "[vllm.logits_processors]\np = ../x:P\n", "[a]\nb = c\n[a]\nd = e\n", "\xff"])
+WHEEL_CASES = st.fixed_dictionaries({
+    "filename": st.sampled_from(["p-1.0-py3-none-any.whl", "p-1.0-py3-none-any.zip", "x.whl"]),
+    "dist": _DIST, "metadata": st.one_of(_METADATA, st.text(max_size=20)), "entry_points": st.one_of(st.none(),
+                                                                                                     _ENTRY_POINTS),
+    "record": st.one_of(st.none(), st.sampled_from(["", "p/__init__.py,,\n", "p/__init__.py,sha256=x,1\n", "\"\n",
+                                                    "../x,,\n"])),
+    "files": st.dictionaries(_WHEEL_NAMES, st.text(max_size=10), max_size=4), "zip": st.booleans()})
+
+
+def wheel_bytes(case: dict[str, Any]) -> bytes:
+    if not case["zip"]:
+        return b"PK\x03\x04 not really a zip"
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        dist = case["dist"]
+        entries = {f"{dist}/METADATA": case["metadata"], **case["files"]}
+        if case["entry_points"] is not None:
+            entries[f"{dist}/entry_points.txt"] = case["entry_points"]
+        if case["record"] is not None:
+            entries[f"{dist}/RECORD"] = case["record"]
+        for name, text in entries.items():
+            with contextlib.suppress(ValueError, UnicodeEncodeError, IndexError):  # zipfile refuses an empty name
+                zf.writestr(name, text.encode("utf-8", "surrogatepass"))
+    return buf.getvalue()
+
+
+def _run_wheel(case: dict[str, Any], root: Path) -> Any:
+    from tritonpkg.plugins.wheel import read_wheel
+
+    path = root / case["filename"]
+    path.write_bytes(wheel_bytes(case))
+    return read_wheel(path)
+
+
+def _plugin_errors() -> tuple[type[BaseException], ...]:
+    from tritonpkg.plugins.errors import PluginError
+
+    return (PluginError,)
+
+
+# -- storage listings turned into paths ---------------------------------------------------------------------------
+
+_KEYS = st.one_of(st.sampled_from(["config.json", "model.safetensors", "a/b/c.bin", "../x", "/abs", "a//b", "a/./b",
+                                   "a/../../outside/x", ".tritonpkg/x", "MANIFEST.json", "READY", "a\x00b", "a\nb",
+                                   "x" * 300, "d/" * 40 + "f", "", "/", "a/", "é/ü", ".journal", "a:b", "\\x"]),
+                  TEXT)
+STORAGE_CASES = st.fixed_dictionaries({"keys": st.dictionaries(_KEYS, st.text(max_size=16), min_size=1, max_size=5),
+                                       "name": st.one_of(st.none(), TEXT)})
+_bucket = itertools.count()
+
+
+def _run_storage(case: dict[str, Any], root: Path) -> Any:
+    import fsspec
+
+    from tritonpkg.storage.materialize import materialize
+
+    fs = fsspec.filesystem("memory")
+    bucket = f"/fuzz{os.getpid()}-{next(_bucket)}"
+    try:
+        for key, data in case["keys"].items():
+            with contextlib.suppress(Exception):
+                fs.pipe(f"{bucket}/m/{key}", data.encode("utf-8", "surrogatepass"))
+        return materialize(f"memory://{bucket}/m", root / "weights", name=case["name"], concurrency=1)
+    finally:
+        with contextlib.suppress(Exception):
+            fs.rm(bucket, recursive=True)
+
+
+def _storage_errors() -> tuple[type[BaseException], ...]:
+    from tritonpkg.storage.errors import StorageError
+
+    return (StorageError,)
+
+
+# -- the vLLM backend's KServe inputs (sampling_parameters JSON, lora_name) ---------------------------------------
+
+_PARAM_KEYS = st.sampled_from(["temperature", "top_p", "max_tokens", "n", "stop", "seed", "logit_bias", "logprobs",
+                               "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+                               "guided_whitespace_pattern",
+                               "response_format", "structured_outputs", "extra_args", "vllm_xargs", "lora_name",
+                               "prompt_logprobs", "x", "output_kind", "detokenize"])
+BACKEND_CASES = st.fixed_dictionaries({
+    "params": st.one_of(json_file(st.dictionaries(_PARAM_KEYS, st.one_of(JSON, st.sampled_from(
+        ['{"type": "json_object"}', '{"json": {}}', "[1, 2", '{"a": 1}', "[\"a\"]"])), max_size=5)),
+        st.text(max_size=20)),
+    "adapters": st.dictionaries(TEXT, st.sampled_from(["./a", "/abs", "./b"]), max_size=3)})
+
+
+def _backend_modules() -> Any:
+    sys.path.insert(0, str(ROOT / "backends" / "vllm"))
+    import lora
+    import request_params
+
+    return lora, request_params
+
+
+# The fields vLLM 0.32's SamplingParams declares (name -> takes a plain string), as request_base.sampling_fields
+# reads them; fixed here so the target runs without importing vLLM.
+_SAMPLING_FIELDS = {**dict.fromkeys((
+    "n", "presence_penalty", "frequency_penalty", "repetition_penalty", "temperature", "top_p", "top_k", "min_p",
+    "seed", "stop_token_ids", "ignore_eos", "max_tokens", "min_tokens", "logprobs", "prompt_logprobs",
+    "skip_special_tokens", "spaces_between_special_tokens", "include_stop_str_in_output", "logit_bias",
+    "allowed_token_ids", "bad_words", "extra_args", "structured_outputs", "truncate_prompt_tokens"), False),
+                    "stop": True}
+_STRUCTURED_FIELDS = {"json", "regex", "choice", "grammar", "json_object", "disable_fallback",
+                      "disable_any_whitespace", "disable_additional_properties", "whitespace_pattern",
+                      "structural_tag"}
+
+
+def _run_backend(case: dict[str, Any], root: Path) -> Any:
+    """What the backend does with one request's sampling_parameters input: JSON text (bounded), an object, the
+    adapter its lora_name picks from the served list, then the normalized SamplingParams keyword arguments."""
+    lora, request_params = _backend_modules()
+    folder = root / "1"
+    folder.mkdir()
+    (folder / "multi_lora.json").write_text(json.dumps(case["adapters"]))
+    try:
+        served = lora.read_adapters(str(folder), {"enable_lora": True})
+    except lora.AdapterError:
+        served = {}
+    adapters = lora.Adapters()  # every folder taken by the engine (a stand-in for vLLM's LoRARequest)
+    adapters.commit(served, [types.SimpleNamespace(lora_name=n, lora_path=f) for n, f in served.items()], {})
+    try:
+        params = json.loads(case["params"])
+    except (ValueError, RecursionError):
+        return None  # the backend answers INVALID_ARG "not valid JSON" before any of this
+    if not isinstance(params, dict):
+        return None
+    adapters.take(params)
+    return request_params.normalize_sampling(params, _SAMPLING_FIELDS, _STRUCTURED_FIELDS)
+
+
+def _backend_errors() -> tuple[type[BaseException], ...]:
+    _, request_params = _backend_modules()
+    return (request_params.ParamError,)
+
+
+def _names_a_parameter(exc: BaseException) -> bool:
+    return "'" in str(exc) or "sampling parameter" in str(exc)
+
+
+TARGETS: dict[str, Target] = {}
+
+
+def _targets() -> dict[str, Target]:
+    if not TARGETS:
+        TARGETS.update({t.name: t for t in (
+            Target("spec", SPEC_CASES, _run_spec, _spec_errors()),
+            Target("validate", REPO_CASES, _run_validate, (), check_result=_check_report,
+                   warm={"models": [{"name": "m", "config": 'backend: "vllm"', "versions": {"1": {
+                       "model.json": '{"model": "x", "enable_lora": true}', "multi_lora.json": '{"a": "./ad"}',
+                       "ad": {"adapter_config.json": '{"r": 8, "lora_alpha": 8, "target_modules": ["q"]}'}}}}]}),
+            Target("archive", ARCHIVE_CASES, _run_archive, _package_errors()),
+            Target("wheel", WHEEL_CASES, _run_wheel, _plugin_errors()),
+            Target("storage", STORAGE_CASES, _run_storage, _storage_errors()),
+            Target("backend", BACKEND_CASES, _run_backend, _backend_errors(), names_it=_names_a_parameter),
+        )})
+    return TARGETS
+
+
+def targets() -> dict[str, Target]:
+    return _targets()

@@ -1,0 +1,42 @@
+"""A short, seeded and deterministic smoke of every fuzz target (derandomized hypothesis, a fixed number of
+cases), and the saved corpus replayed: every input a campaign found (`bash scripts/fuzz.sh`) stays a
+regression case. The property is the harness's (tests/fuzz/harness.py)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from tests.fuzz.harness import check, corpus_cases, load_case
+from tests.fuzz.targets import targets
+
+SMOKE_EXAMPLES = int(os.environ.get("TRITONPKG_FUZZ_SMOKE_EXAMPLES", "40"))
+TARGETS = targets()
+
+
+@pytest.mark.parametrize("name", sorted(TARGETS))
+def test_smoke(name):
+    target = TARGETS[name]
+
+    @settings(derandomize=True, max_examples=SMOKE_EXAMPLES, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(target.strategy)
+    def run(case):
+        check(target, case)
+
+    run()
+
+
+CORPUS = [(name, path) for name in sorted(TARGETS) for path in corpus_cases(name)]
+
+
+@pytest.mark.parametrize(("name", "path"), CORPUS, ids=[f"{n}/{p.name}" for n, p in CORPUS])
+def test_corpus(name, path):
+    check(TARGETS[name], load_case(path))
+
+
+def test_every_target_has_a_corpus():
+    """Each target's saved inputs: the crashes a campaign found, and seeds written by hand."""
+    assert {name for name, _ in CORPUS} == set(TARGETS)
