@@ -8,7 +8,9 @@ The file is JSON or YAML holding one request or a list of them:
 
 `datatype` uses KServe v2 names (BYTES, FP32, INT64, ...; BYTES = TYPE_STRING). `shape` is the full
 request shape, batch dimension included when the model's max_batch_size > 0. `outputs` is optional.
-Problems point at the contract file and name the request index in `field`."""
+`sampling_parameters` (optional, an object or its JSON text) is checked against the SamplingParams fields of
+the target's vLLM (validate/sampling.py). Problems point at the contract file and name the request index in
+`field`."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from tritonpkg.errors import TritonpkgError
 from tritonpkg.spec import parse_yaml, read_bounded
 from tritonpkg.validate.context import Context
 from tritonpkg.validate.report import Problem
+from tritonpkg.validate.sampling import sampling_problem
 
 
 class ContractInput(BaseModel):
@@ -38,6 +41,7 @@ class ContractRequest(BaseModel):
     model: str
     inputs: list[ContractInput] = Field(default_factory=list)
     outputs: list[str] = Field(default_factory=list)
+    sampling_parameters: dict[str, Any] | str | None = None
 
 
 class Contract(BaseModel):
@@ -118,6 +122,11 @@ def _check_request(i: int, req: ContractRequest, path: Path, ctx: Context) -> It
         if name not in sent and not io.optional:
             yield problem("contract.missing-input", "inputs", f"required input {name!r} of {req.model!r} is not sent",
                           f"an input named {name!r}")
+    if req.sampling_parameters is not None and ctx.release_vllm is not None:
+        why = sampling_problem(req.sampling_parameters, ctx.release_vllm)
+        if why:
+            yield problem("contract.sampling", "sampling_parameters", f"sampling parameters refused: {why}",
+                          f"the SamplingParams fields of vLLM {ctx.release_vllm}")
     for j, name in enumerate(req.outputs):
         if name not in outs:
             yield problem("contract.output", f"outputs[{j}]", f"{req.model!r} has no output {name!r}",

@@ -1,6 +1,9 @@
-"""Regenerate the AsyncEngineArgs snapshot from the installed vLLM.
+"""Regenerate the AsyncEngineArgs (and SamplingParams) snapshot from the installed vLLM.
 
     python -m tritonpkg.compat.engine_args.snapshot      # writes vllm-<version>.json beside this file
+
+Run it with the interpreter of a venv that has that vLLM (scripts/lane_snapshot.sh makes one per release,
+outside the repository).
 
 Each field records its annotation (for messages), the JSON kinds it accepts, the values a Literal
 allows ("choices") and the numeric limits vLLM's config classes put on the field of the same name
@@ -111,19 +114,40 @@ def describe(annotation: Any) -> str:
     return text or str(annotation).replace("typing.", "")
 
 
+def _annotations(cls: type) -> list[tuple[str, Any]]:
+    """(name, annotation) of a dataclass's or a msgspec Struct's fields (SamplingParams is a Struct)."""
+    if dataclasses.is_dataclass(cls):
+        return [(f.name, f.type) for f in dataclasses.fields(cls)]
+    hints = getattr(cls, "__annotations__", {})
+    return [(name, hints.get(name, Any)) for name in getattr(cls, "__struct_fields__", ())]
+
+
 def fields_of(cls: type) -> dict[str, dict[str, Any]]:
     module = sys.modules.get(cls.__module__)
     out: dict[str, dict[str, Any]] = {}
-    for f in dataclasses.fields(cls):
-        ann = f.type
+    for name, declared in _annotations(cls):
+        ann = declared
         if isinstance(ann, str):  # a postponed annotation: resolve it when the module can
             with contextlib.suppress(Exception):  # unresolvable: described by its text
                 ann = eval(ann, vars(module) if module else {})  # noqa: S307  vLLM's own annotation text
-        out[f.name] = {"type": describe(ann), "accepts": kinds_of(ann)}
+        out[name] = {"type": describe(ann), "accepts": kinds_of(ann)}
         choices = choices_of(ann)
         if choices is not None and all(isinstance(v, (str, int, float, bool)) for v in choices):
-            out[f.name]["choices"] = choices
+            out[name]["choices"] = choices
     return out
+
+
+def sampling_snapshot() -> dict[str, Any]:
+    """Public fields of the importable vLLM's SamplingParams and of its structured-outputs parameters (what
+    a request's `sampling_parameters` may name), each with the JSON kinds it accepts."""
+    import vllm.sampling_params as sp  # as in config_bounds
+
+    structured = getattr(sp, "StructuredOutputsParams", None) or getattr(sp, "GuidedDecodingParams", None)
+    fields = {k: v for k, v in fields_of(sp.SamplingParams).items() if not k.startswith("_")}
+    return {"class": "vllm.sampling_params.SamplingParams", "fields": fields,
+            "structured_class": f"vllm.sampling_params.{structured.__name__}" if structured else None,
+            "structured_fields": sorted(f for f in fields_of(structured) if not f.startswith("_"))
+            if structured else []}
 
 
 def live_snapshot() -> dict[str, Any]:
@@ -143,8 +167,20 @@ def live_snapshot() -> dict[str, Any]:
     return {"vllm_version": version, "class": "vllm.engine.arg_utils.AsyncEngineArgs", "fields": fields}
 
 
+def made_with() -> dict[str, str | None]:
+    """The interpreter and the packages vLLM's classes were imported beside: a snapshot of an older vLLM may be
+    made over a newer torch when its own pinned +cpu torch is not to be had (scripts/lane_snapshot.sh)."""
+    out: dict[str, str | None] = {"python": ".".join(map(str, sys.version_info[:3]))}
+    for dist in ("torch", "transformers", "pydantic"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
 def main() -> int:
-    snap = live_snapshot()
+    snap = {**live_snapshot(), "sampling_params": sampling_snapshot(), "made_with": made_with()}
     path = snapshot_path(str(vllm_base_version(snap["vllm_version"])))
     path.write_text(json.dumps(snap, indent=1, sort_keys=True) + "\n")
     sys.stderr.write(f"wrote {path} ({len(snap['fields'])} fields)\n")
