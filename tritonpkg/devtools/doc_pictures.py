@@ -45,13 +45,13 @@ def _tritonpkg(root: Path) -> str:
 
 def run_capture(root: Path, cwd: Path, args: Sequence[str], width: int = WIDTH, expect: int | None = 0,
                 timeout: float = 300.0) -> str:
-    """Run `tritonpkg ARGS` in `cwd` and return what it printed (stdout then stderr), ANSI colours kept."""
-    proc = subprocess.run([_tritonpkg(root), *args], check=False, cwd=cwd, env=_env(root, width), capture_output=True,
-                          text=True, timeout=timeout)
+    """Run `tritonpkg ARGS` in `cwd` and return what it printed (stdout and stderr as they came), ANSI colours kept."""
+    proc = subprocess.run([_tritonpkg(root), *args], check=False, cwd=cwd, env=_env(root, width),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
     if expect is not None and proc.returncode != expect:
         raise RuntimeError(f"tritonpkg {' '.join(args)} exited {proc.returncode}, expected {expect}:\n"
-                           f"{proc.stdout}\n{proc.stderr}")
-    return _CONTROL.sub("", proc.stdout + proc.stderr)
+                           f"{proc.stdout}")
+    return _CONTROL.sub("", proc.stdout)
 
 
 def run_until(root: Path, cwd: Path, args: Sequence[str], marker: str, width: int = WIDTH,
@@ -92,7 +92,7 @@ def save_svg(text: str, path: Path, title: str, command: str, width: int = WIDTH
 
     console = Console(record=True, width=width, file=io.StringIO(), force_terminal=True, color_system="truecolor")
     console.print(Text(f"$ {command}", style="bold"))
-    console.print(Text.from_ansi(text.rstrip("\n")), soft_wrap=True)
+    console.print(Text.from_ansi(text.rstrip("\n")))
     path.parent.mkdir(parents=True, exist_ok=True)
     console.save_svg(str(path), title=title)
     return path
@@ -114,8 +114,8 @@ def captures(root: Path, img: Path) -> list[Path]:
         shutil.copytree(work / "model_repository", work / "broken")
         config = work / "broken" / "sentiment" / "config.pbtxt"
         config.write_text(config.read_text().replace("KIND_CPU", "KIND_GPU"))
-        written.append(save_svg(run_capture(root, work, ["validate", "broken"], expect=1),
-                                img / "validate-finding.svg", "tritonpkg validate",
+        written.append(save_svg(run_capture(root, work, ["validate", "broken"], width=140, expect=1),
+                                img / "validate-finding.svg", "tritonpkg validate", width=140, command=
                                 "sed -i 's/KIND_CPU/KIND_GPU/' broken/sentiment/config.pbtxt; "
                                 "tritonpkg validate broken"))
         written.append(save_svg(run_capture(root, work, ["compat"]), img / "compat.svg", "tritonpkg compat",
