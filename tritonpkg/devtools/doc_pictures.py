@@ -160,7 +160,8 @@ def plots(root: Path, img: Path) -> list[Path]:
 
     plt.rcParams.update({"svg.hashsalt": "tritonpkg-docs", "svg.fonttype": "path", "font.size": 10})
     figures = json.loads((root / "docs" / "bench" / "figures.json").read_text())
-    meta: dict[str, object] = {"Date": None, "Creator": "tritonpkg/devtools/doc_pictures.py"}
+    meta: dict[str, object] = {"Date": None,
+                              "Creator": f"tritonpkg/devtools/doc_pictures.py, matplotlib {matplotlib.__version__}"}
     img.mkdir(parents=True, exist_ok=True)
     written = []
 
