@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+
 from tritonpkg import __version__, safepath
 from tritonpkg.errors import PackageError
 
@@ -40,7 +42,37 @@ def read(repo: Path) -> dict[str, Any]:
     if lock.get("lock_version") != LOCK_VERSION:
         raise PackageError("unsupported lock version", file=path, field="lock_version",
                            expected=str(LOCK_VERSION))
+    try:
+        _MODELS.validate_python(lock["models"])
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(["models", *(str(part) for part in error["loc"])])
+        raise PackageError(f"lock entry {safepath.quote(where)}: {error['msg']}", file=path, field=where,
+                           expected="a tritonpkg lock (package writes it)") from None
     return lock
+
+
+class _Plugin(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    wheel: str | None = None
+    sha256: str | None = None
+
+
+class _Entry(BaseModel):
+    """The parts of a version's lock entry that verification reads; the others are the builder's record."""
+
+    model_config = ConfigDict(extra="allow")
+    files: dict[str, str]
+    plugins: list[str | _Plugin] = []
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    config_sha256: str
+    versions: dict[str, _Entry]
+
+
+_MODELS = TypeAdapter(dict[str, _Model])
 
 
 def dumps(lock: dict[str, Any]) -> bytes:
