@@ -101,9 +101,15 @@ def _page(cmd: Any, name: str, root_ctx: Any) -> str:
 
 
 def _first_sentence(text: str) -> str:
+    """Up to the first `.`, `:`, `;` or ` — ` outside parentheses (the index's one-line summary)."""
     one = " ".join(text.split())
-    m = re.match(r"(.+?\.)(\s|$)", one)
-    return (m.group(1) if m else one).rstrip(".") + "."
+    depth = 0
+    for i, ch in enumerate(one):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        ends = ch in ".:;" and (i + 1 == len(one) or one[i + 1] == " ")
+        if depth == 0 and (ends or one.startswith(" — ", i)):
+            return one[:i] + "."
+    return one.rstrip(".") + "."
 
 
 def render_pages() -> dict[str, str]:
