@@ -2,7 +2,8 @@
 
 The data lives in ``matrix.json`` beside this file; this module loads it once and answers questions
 about it (which release ships which vLLM, which numpy its Python-backend stub accepts, which vLLM
-symbols NVIDIA's backend of that release imports, which logits-processor interface a vLLM uses)."""
+symbols NVIDIA's backend of that release imports, which logits-processor interface a vLLM uses, which known defects
+of a vLLM release hit a feature on a device)."""
 
 from __future__ import annotations
 
@@ -158,6 +159,39 @@ def feature_holds(feature: str, vllm: Version) -> tuple[bool, str] | None:
         if row["feature"] == feature and vllm >= Version(row["vllm_from"]) and (upper is None or vllm < Version(upper)):
             return bool(row["holds"]), row["why"]
     return None
+
+
+Device = Literal["gpu", "cpu"]
+
+
+class Defect(BaseModel):
+    """A known wrong behaviour of vLLM: the releases (`vllm`, a specifier; no upper bound while no fixed release is
+    known) and devices it hits when `feature` is in use, the upstream reference, and whether the toolkit's own vLLM
+    backend corrects it (NVIDIA's backend in the stock images corrects none)."""
+
+    id: str
+    summary: str
+    feature: Literal["lora"]
+    vllm: str
+    devices: list[Device]
+    upstream: str
+    where: str
+    corrected_by_toolkit_backend: bool
+    note: str = ""
+
+    def affects(self, vllm: Version | str, device: Device) -> bool:
+        v = vllm_base_version(str(vllm)) if isinstance(vllm, str) else vllm
+        return device in self.devices and SpecifierSet(self.vllm).contains(v, prereleases=True)
+
+
+@lru_cache(maxsize=1)
+def defects() -> tuple[Defect, ...]:
+    return tuple(Defect(**d) for d in matrix().get("defects", []))
+
+
+def defects_affecting(vllm: Version | str, device: Device, feature: str) -> list[Defect]:
+    """The recorded defects that `feature` meets on `vllm` running on `device`."""
+    return [d for d in defects() if d.feature == feature and d.affects(vllm, device)]
 
 
 def installed_version(*dists: str) -> str | None:

@@ -12,6 +12,7 @@ from tritonpkg.validate.rules import (
     backend,
     batching,
     checkpoints,
+    defects,
     engine_args,
     ensemble,
     instances,
@@ -43,7 +44,7 @@ def auto_complete(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
 
 MODEL_RULES = [config_syntax, auto_complete, *layout.RULES, *versions.RULES, *backend.RULES, *checkpoints.RULES,
                *tensors.RULES, *batching.RULES, *schedulers.RULES, *instances.RULES, *ensemble.RULES,
-               *engine_args.RULES, *lora.RULES, *runtime.RULES, *templates.RULES, *openai_parsers.RULES]
+               *engine_args.RULES, *lora.RULES, *defects.RULES, *runtime.RULES, *templates.RULES, *openai_parsers.RULES]
 REPO_RULES = [*runtime.REPO_RULES, *plugins.REPO_RULES, *lora.REPO_RULES]
 
 
