@@ -10,13 +10,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import BaseModel, Field
 
 from tritonpkg.deploy import adapters as adapters_mod
 from tritonpkg.deploy import gate as gate_mod
 from tritonpkg.deploy import iodiff
+from tritonpkg.deploy.checks import DeployError
 from tritonpkg.deploy.driver import Driver, Endpoints, Release
 from tritonpkg.deploy.plan import (
     LiveState,
@@ -34,16 +35,10 @@ from tritonpkg.deploy.plan import (
 )
 from tritonpkg.deploy.state import StateStore
 from tritonpkg.errors import TritonpkgError
-from tritonpkg.proc import rest
 from tritonpkg.repository import package_spec
-from tritonpkg.smoke import send
 from tritonpkg.spec import load_spec
 
 ADAPTER_GRACE_S = 30.0  # old adapters stay served this long after their names moved (requests on them finish)
-
-
-class DeployError(TritonpkgError):
-    """A rollout step failed (the rollout was rolled back)."""
 
 
 @dataclass(frozen=True)
@@ -115,41 +110,6 @@ def build(release: Release) -> Release:
         shutil.rmtree(repo)
     partial.rename(repo)
     return release.model_copy(update={"spec_file": None, "schema_": iodiff.load(repo / release.model)})
-
-
-def check_triton(http_url: str, model: str, version: int, smoke: dict[str, Any] | None, timeout: float = 30.0) -> str:
-    """Server live and ready, the model version ready, then the canary (the spec's smoke request)."""
-    deadline = time.monotonic() + timeout
-    probes = ["/v2/health/live", "/v2/health/ready", f"/v2/models/{model}/versions/{version}/ready"]
-    for probe in probes:
-        while not rest.ok(http_url + probe, timeout=2.0):
-            if time.monotonic() > deadline:
-                raise DeployError(f"health check {probe} failed on {http_url}", field="health_check")
-            time.sleep(0.1)
-    if not smoke:
-        return "live, ready, model ready (no smoke_request in the spec: no canary)"
-    answer = send(http_url, model, smoke, timeout=timeout)
-    return f"live, ready, model ready, canary answered {sorted(answer)}"
-
-
-def check_adapter(http_url: str, model: str, smoke: dict[str, Any] | None, name: str, timeout: float = 120.0) -> str:
-    """The smoke request (a one-token generation without one) with `lora_name` = `name`, asked until the unit's
-    backend has read the list that names it (an unknown adapter meanwhile); a refused adapter fails at once."""
-    from tritonpkg.smoke import SmokeError
-
-    request = dict(smoke or {"text_input": "hello", "sampling_parameters": {"max_tokens": 1}})
-    params = request.get("sampling_parameters") or {}
-    params = json.loads(params) if isinstance(params, str) else dict(params)
-    request["sampling_parameters"] = {**params, "lora_name": name}
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            answer = send(http_url, model, request, timeout=timeout)
-            return f"{name} answered {sorted(answer)}"
-        except SmokeError as exc:
-            if "unknown LoRA adapter" not in str(exc) or time.monotonic() > deadline:
-                raise DeployError(f"adapter {name}: {exc}", field="adapter_check") from None
-        time.sleep(0.3)
 
 
 def plan_release(store: StateStore, release: Release, adapter_rollouts: bool = False,

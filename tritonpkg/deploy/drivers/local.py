@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from tritonpkg import vllm_io
 from tritonpkg.deploy import state
+from tritonpkg.deploy.checks import check_adapter, check_triton
 from tritonpkg.deploy.driver import Driver, Endpoints, Entry, OnStarted
 from tritonpkg.deploy.drivers import haproxy
 from tritonpkg.deploy.plan import Unit
@@ -264,8 +265,6 @@ class LocalDriver:
                          weights=[{"source": w.source, "path": w.path, "kind": w.kind} for w in stack.weights])
 
     def health_check(self, model: str, version: int, ep: Endpoints, smoke: dict[str, Any] | None) -> str:
-        from tritonpkg.deploy.executor import check_triton
-
         return check_triton(_url(ep), model, version, smoke)
 
     def alive(self, ep: Endpoints) -> bool:
@@ -399,8 +398,6 @@ class LocalDriver:
             time.sleep(0.2)
 
     def adapter_check(self, model: str, ep: Endpoints, smoke: dict[str, Any] | None, name: str) -> str:
-        from tritonpkg.deploy.executor import check_adapter
-
         return check_adapter(_url(ep), model, smoke, name)
 
     def unroute(self, key: str) -> None:
