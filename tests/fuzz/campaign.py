@@ -46,7 +46,7 @@ def campaign(name: str, seconds: float, round_examples: int = 200) -> dict[str, 
                 raise
             last: dict[str, Any] = {}  # one case per distinct failure: the last one of each is the shrunk one
             for case, why in failing:
-                last[why.splitlines()[0]] = case
+                last[": ".join(why.split(": ", 2)[:2])] = case  # "validate: KeyError escaped"
             for why, case in last.items():
                 path = save_case(name, case, why)
                 crashes.append(f"{path.name}: {why[:200]}")

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, computed_field
+from pydantic import BaseModel, computed_field, field_validator
 
 Severity = Literal["error", "warning"]
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # what a terminal acts on: NUL, ESC, CSI, newline, ...
+_CONTROL_IN_TEXT = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # the same, but a message may break lines
+
+
+def _escaped(pattern: re.Pattern[str], text: str) -> str:
+    return pattern.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 class Problem(BaseModel):
@@ -24,6 +31,18 @@ class Problem(BaseModel):
     message: str
     expected: str | None = None
     auto_complete: str | None = None  # set when the field's value is one Triton's auto-complete supplies
+
+    @field_validator("file", "model", "field")
+    @classmethod
+    def _names(cls, v: str | None) -> str | None:
+        """A name quoted from a hostile repository (a folder, a key, a parser's message) reaches a terminal and
+        logs: its control characters are shown escaped, never sent."""
+        return None if v is None else _escaped(_CONTROL, v)
+
+    @field_validator("message", "expected")
+    @classmethod
+    def _text(cls, v: str | None) -> str | None:
+        return None if v is None else _escaped(_CONTROL_IN_TEXT, v)
 
     def where(self) -> str:
         parts = [self.file]
