@@ -21,6 +21,25 @@ DOCS_DIR = Path("docs") / "commands"
 
 _CODE = re.compile(r"(`[^`]*`)")
 
+# The concept and operations pages that explain each command at length (relative to docs/commands/).
+SEE_ALSO = {
+    "schema": ["../concepts/spec.md"],
+    "package": ["../concepts/repository.md", "../concepts/spec.md"],
+    "validate": ["../concepts/validation.md", "../concepts/compatibility.md"],
+    "serve": ["../concepts/startup.md", "../concepts/openai-api.md", "../concepts/metrics.md",
+              "../concepts/security.md"],
+    "frontend": ["../concepts/openai-api.md", "../concepts/security.md"],
+    "demo": ["../getting-started.md"],
+    "deploy": ["../concepts/rollouts.md", "../operations/deploy-local.md", "../operations/deploy-kubernetes.md"],
+    "status": ["../operations/deploy-local.md", "../operations/recovery.md"],
+    "rollback": ["../operations/recovery.md", "../concepts/rollouts.md"],
+    "diff": ["../concepts/rollouts.md"],
+    "compat": ["../concepts/compatibility.md", "../operations/upgrading.md"],
+    "runtime": ["../concepts/compatibility.md", "../operations/setup.md"],
+    "materialize": ["../concepts/weights.md"],
+    "bench": ["../benchmarks.md"],
+}
+
 
 def _escape(text: str) -> str:
     """Markdown-safe text: code spans kept as written, `<`, `>`, `*` and `_` outside them escaped."""
@@ -97,7 +116,19 @@ def _page(cmd: Any, name: str, root_ctx: Any) -> str:
             sub_body, _ = _section(sub, ["tritonpkg", name, sub_name], ctx, 2)
             parts.append(sub_body)
     parts.append(f"Every option above is what `tritonpkg {name} --help` prints.\n")
+    if SEE_ALSO.get(name):
+        parts.append("See also: " + ", ".join(f"[{_title(p)}]({p})" for p in SEE_ALSO[name]) + ".\n")
     return "\n".join(parts)
+
+
+def _title(rel: str) -> str:
+    """A linked page's own `# heading` (docs/ beside this checkout), else its file name."""
+    page = Path(__file__).resolve().parents[2] / "docs" / "commands" / rel
+    if page.is_file():
+        for line in page.read_text(encoding="utf-8").splitlines():
+            if line.startswith("# "):
+                return line[2:].strip()
+    return Path(rel).stem.replace("-", " ")
 
 
 def _first_sentence(text: str) -> str:
