@@ -256,7 +256,7 @@ def _check_report(report: Any) -> None:
         if not p.file or not p.rule or p.severity not in ("error", "warning"):
             raise Violation(f"validate: a finding without a file or rule: {p}")
         for text in (p.file, p.model or "", p.field or "", p.message.replace("\n", ""), p.expected or ""):
-            if any(ord(c) < 0x20 and c != "\t" or 0x7f <= ord(c) <= 0x9f for c in text):
+            if any((ord(c) < 0x20 and c != "\t") or 0x7f <= ord(c) <= 0x9f for c in text):
                 raise Violation(f"validate: a finding carries a raw control character: {p!r}")
 
 
