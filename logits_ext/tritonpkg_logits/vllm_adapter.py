@@ -1,9 +1,9 @@
 """The vLLM logits processor: one class that implements both model runners' interfaces.
 
 vLLM loads every class in the ``vllm.logits_processors`` entry-point group; the V2 runner (the
-default on GPUs with vLLM >= 0.32) rejects classes that aren't V2 processors and the V1 runner (CPU)
-calls the V1 methods, so the class subclasses both ABCs and tells them apart by constructor
-arguments (V1: a torch.device; V2: the runner's request-state view).
+default on GPUs with vLLM >= 0.32, the only one from 0.34) rejects classes that aren't V2 processors and the
+V1 runner (CPU, up to 0.33) calls the V1 methods, so the class subclasses the ABCs the installed vLLM has and
+tells the runners apart by constructor arguments (V1: a torch.device; V2: the runner's request-state view).
 
 Per-request specs come from ``SamplingParams.extra_args["constraint"]`` (the OpenAI server's
 ``vllm_xargs``); requests without one are left untouched.
@@ -22,14 +22,20 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 import torch
-from vllm.v1.sample.logits_processor import BatchUpdate
-from vllm.v1.sample.logits_processor import LogitsProcessor as V1LogitsProcessor
-from vllm.v1.sample.logits_processor.interface import MoveDirectionality
+
+try:  # the V1 runner's interface: vLLM 0.10.2 ... 0.33 (0.34 removed vllm/v1/sample/logits_processor/)
+    from vllm.v1.sample.logits_processor import BatchUpdate
+    from vllm.v1.sample.logits_processor import LogitsProcessor as V1LogitsProcessor
+    from vllm.v1.sample.logits_processor.interface import MoveDirectionality
+except ImportError:  # vLLM >= 0.34: V2 only
+    V1LogitsProcessor = None  # type: ignore[misc,assignment]
+    BatchUpdate = Any  # type: ignore[misc,assignment]
+    MoveDirectionality = None  # type: ignore[misc,assignment]
 
 try:  # the V2 runner's interface exists from vLLM 0.32
     from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsProcessor as V2LogitsProcessor
 except ImportError:  # pragma: no cover - older vLLM: V1 only
-    V2LogitsProcessor = object  # type: ignore[misc,assignment]
+    V2LogitsProcessor = None  # type: ignore[misc,assignment]
 
 from tritonpkg_logits.engine import Engine
 from tritonpkg_logits.spec import SpecError, from_extra_args
@@ -39,6 +45,10 @@ if TYPE_CHECKING:
     from vllm.config import VllmConfig
 
 log = logging.getLogger("tritonpkg_logits")
+_BASES: tuple[type, ...] = tuple(b for b in (V1LogitsProcessor, V2LogitsProcessor) if b is not None)
+if not _BASES:
+    raise ImportError("this vLLM has neither the V1 (vllm.v1.sample.logits_processor) nor the V2 "
+                      "(vllm.v1.worker.gpu.sample.logits_processor) logits-processor interface")
 EOS_ONLY = {"type": "allow", "tokens": [], "eos": True}
 
 
@@ -76,8 +86,9 @@ def build_engine(vllm_config: VllmConfig) -> Engine:
     return Engine(vocab, eos, token_bytes(tok, vocab) if tok is not None else ())
 
 
-class ConstraintLogitsProcessor(V1LogitsProcessor, V2LogitsProcessor):
-    """Token-level constraints (DFA, choice, n-gram, allow/ban lists) for vLLM's V1 and V2 runners."""
+class ConstraintLogitsProcessor(*_BASES):  # type: ignore[misc]
+    """Token-level constraints (DFA, choice, n-gram, allow/ban lists) for vLLM's V1 and V2 runners (whichever
+    of the two interfaces the installed vLLM has)."""
 
     def __init__(self, vllm_config: VllmConfig, device_or_state: Any, is_pin_memory: bool = False) -> None:
         # Installed as a plugin, this runs in every vLLM engine of the environment: a model it cannot

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -255,6 +257,45 @@ def test_a_backend_error_names_its_field_and_not_the_weights_path(client, repo):
         client.completions.create(model=MODEL, prompt="x", max_tokens=2, logit_bias={"99999": 1})
     assert info.value.body["param"] == "logit_bias", info.value.body
     assert str(repo.parent) not in info.value.body["message"]
+
+
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+# route -> a request it refuses, the status and the field it must name
+ROUTE_ERRORS = {
+    "completions": ("POST", "/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 2,
+                                                "logit_bias": {"99999": 1}}, 400, "logit_bias"),
+    "chat": ("POST", "/v1/chat/completions", {**CHAT, "logit_bias": {"99999": 1}}, 400, "logit_bias"),
+    "chat-stream": ("POST", "/v1/chat/completions", {**CHAT, "logit_bias": {"99999": 1}, "stream": True}, 400,
+                    "logit_bias"),
+    "embeddings": ("POST", "/v1/embeddings", {"model": EMBEDDER, "input": "hello", "dimensions": 128}, 400,
+                   "dimensions"),
+    "embeddings-kind": ("POST", "/v1/embeddings", {"model": MODEL, "input": "hello"}, 400, "model"),
+    "rerank": ("POST", "/v1/rerank", {"model": SCORER, "query": "q", "documents": ["d"] * 65}, 400, "documents"),
+    "models": ("GET", "/v1/models/no_such_model", None, 404, "model"),
+}
+HOST_PATH = re.compile(r"(?<![\w:/.])/(?:tmp|home|root|usr|opt|var|work|srv|mnt|etc)/")
+
+
+@pytest.mark.parametrize("route", ROUTE_ERRORS)
+def test_no_error_on_any_route_names_a_server_path(frontend, repo, route):
+    """Each route's refusal names the served model (never its weights folder or any absolute path of this host)
+    and the offending field in `param`, as vllm serve answers (the embeddings one was the weights path)."""
+    method, path, body, status, param = ROUTE_ERRORS[route]
+    request = urllib.request.Request(f"{frontend.url}{path}", json.dumps(body).encode() if body else None,
+                                     {"Content-Type": "application/json"}, method=method)
+    try:
+        urllib.request.urlopen(request, timeout=120)
+        raise AssertionError(f"{route}: no error")
+    except urllib.error.HTTPError as exc:
+        answered, raw = exc.code, exc.read().decode()
+    error = json.loads(raw)["error"]
+    assert (answered, error["param"]) == (status, param), raw
+    weights = {json.loads((repo / m / "1" / "model.json").read_text())["model"] for m in (MODEL, EMBEDDER)}
+    for folder in {*weights, str(repo), str(repo.parent), "site-packages"}:
+        assert folder not in raw, raw
+    assert not HOST_PATH.search(raw), raw
+    if "model" in error["message"].lower() and route != "models":
+        assert f"'{body['model']}'" in error["message"], raw
 
 
 def test_chat_applies_the_models_chat_template(client, triton, chat_tokenizer):

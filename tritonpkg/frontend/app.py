@@ -13,7 +13,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager, suppress
 from typing import Any
@@ -247,7 +247,8 @@ def create_app(settings: FrontendSettings) -> FastAPI:
         texts = input_texts(body)
         entry = await catalog(request).get(body.model)
         _check_token_ids(entry, texts, "input")
-        with _naming_the_prompt("input"):
+        with _naming_the_prompt("input"), _served(entry, "dimensions" if body.dimensions is not None else None,
+                                                   "input"):
             vectors, tokens = await embed_texts(entry, texts, body.dimensions, backend(request))
         return _json(embeddings_body(body, vectors, tokens))
 
@@ -255,8 +256,9 @@ def create_app(settings: FrontendSettings) -> FastAPI:
     async def rerank(body: RerankRequest, request: Request):
         """Documents ranked by a `scoring`-template model (bi-encoder cosine or a cross-encoder)."""
         entry = await catalog(request).get(body.model, ("score",))
-        scores, tokens = await _unless_client_leaves(request, backend(request).score(entry.name, body.query,
-                                                                                      body.documents))
+        with _served(entry, None, "documents"):
+            scores, tokens = await _unless_client_leaves(request, backend(request).score(entry.name, body.query,
+                                                                                          body.documents))
         return _json(rerank_body(body.model, body.documents, scores, tokens, body.top_n, body.return_documents))
 
     return app
@@ -439,17 +441,29 @@ async def _start_all(be: TritonBackend, entry: ModelEntry,
 
 async def _start(be: TritonBackend, entry: ModelEntry, prompt: Prompt, params: dict[str, Any]) -> Stream:
     """Begin a streamed generation and wait for its first response (so rejections keep their status)."""
-    rest = be.generate(entry.triton_name, prompt, entry.with_adapter(params), True, entry.returns)
+    rest = _in_served_terms_streamed(entry, be.generate(entry.triton_name, prompt, entry.with_adapter(params), True,
+                                                        entry.returns))
     try:
         first = await rest.__anext__()
     except StopAsyncIteration:
         raise APIError(500, f"model '{entry.name}' closed the stream without a response") from None
-    except APIError as exc:
-        raise in_served_terms(entry, exc) from None
     return first, rest
 
 
-PARAMETER = re.compile(r"\(parameter=([A-Za-z_][A-Za-z0-9_.]*)|sampling parameter '([A-Za-z_][A-Za-z0-9_]*)'")
+async def _in_served_terms_streamed(entry: ModelEntry, outputs: AsyncIterator[Output]) -> AsyncIterator[Output]:
+    """A stream's outputs; an error, at its start or after, in served terms (it reaches the client as an error
+    event then)."""
+    try:
+        async for output in outputs:
+            yield output
+    except APIError as exc:
+        raise in_served_terms(entry, exc) from None
+    finally:
+        await outputs.aclose()  # type: ignore[attr-defined]
+
+
+PARAMETER = re.compile(r"\(parameter=([A-Za-z_][A-Za-z0-9_.]*)|sampling parameter '([A-Za-z_][A-Za-z0-9_]*)'"
+                       r"|\(received ([A-Za-z_][A-Za-z0-9_]*)=")
 
 
 def in_served_terms(entry: ModelEntry, exc: APIError) -> APIError:
@@ -459,16 +473,30 @@ def in_served_terms(entry: ModelEntry, exc: APIError) -> APIError:
     "sampling parameter 'x'")."""
     message = exc.message
     paths = {str(p) for p in ((entry.engine_args or {}).get("model"), (entry.engine_args or {}).get("tokenizer"),
-                              entry.tokenizer_path()) if p}
+                              entry.tokenizer_path(), entry.weights_path()) if p}
     for path in sorted(paths | {os.path.realpath(p) for p in paths}, key=len, reverse=True):
         message = message.replace(path, entry.name)
     param = exc.param
     if param is None and exc.status < 500:
         found = PARAMETER.search(message)
-        param = (found.group(1) or found.group(2)) if found else None
+        param = next((g for g in found.groups() if g), None) if found else None
     if message == exc.message and param == exc.param:
         return exc
     return APIError(exc.status, message, param=param, type=exc.type, code=exc.code)
+
+
+@contextmanager
+def _served(entry: ModelEntry, mentioned: str | None, default: str) -> Iterator[None]:
+    """Backend errors of one route in served terms (in_served_terms); a refusal that names no field names
+    `mentioned` where its message speaks of it, else `default` (the input the route sends)."""
+    try:
+        yield
+    except APIError as exc:
+        served = in_served_terms(entry, exc)
+        if served.status < 500 and served.param is None and served.status != 429:
+            param = mentioned if mentioned is not None and mentioned in served.message else default
+            served = APIError(served.status, served.message, param=param, type=served.type, code=served.code)
+        raise served from None
 
 
 async def _unless_client_leaves(request: Request, work):

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Any
 
 INVALID = "invalid_request_error"
@@ -25,7 +27,24 @@ class APIError(Exception):
         self.code = code
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        return {"error": {"message": without_paths(self.message), "type": self.type, "param": self.param,
+                          "code": self.code}}
+
+
+SERVER_PATH = "<server path>"
+ABSOLUTE = re.compile(r"(?<![\w/.:~-])/[^\s'\"`,;:()\[\]{}<>|]+")
+
+
+def without_paths(text: str) -> str:
+    """`text` with every absolute path of this host replaced: a client never sent, and should not learn, the
+    server's folders (routes model errors through catalog names first: app.in_served_terms). A path counts as
+    one when its top folder exists here (`/tmp/...`, `/home/...`), so a route such as `/v1/models` stays."""
+    def redact(found: re.Match[str]) -> str:
+        path = found.group(0)
+        top = path.split("/", 2)[1]
+        return SERVER_PATH if "/" in path[1:] and top and os.path.isdir("/" + top) else path
+
+    return ABSOLUTE.sub(redact, text) if "/" in text else text
 
 
 def invalid(message: str, param: str | None) -> APIError:
