@@ -272,7 +272,8 @@ def _message(body: dict) -> dict:
     (choice,) = body["choices"]
     calls = [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
              for c in choice["message"].get("tool_calls") or []]
-    return {"content": choice["message"]["content"] or "", "tool_calls": calls, "finish_reasons": [choice["finish_reason"]]}
+    return {"content": choice["message"]["content"] or "", "tool_calls": calls,
+            "finish_reasons": [choice["finish_reason"]]}
 
 
 # (model, tool_choice) -> (content, calls, finish_reason) as vLLM's server answers it

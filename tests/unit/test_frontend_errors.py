@@ -29,7 +29,8 @@ def test_a_vllm_refusal_names_the_served_model_and_the_field(tmp_path):
 def test_a_path_no_entry_names_is_replaced_in_the_body(tmp_path):
     folder = tmp_path / "tokenizer"
     body = APIError(500, f"could not load the tokenizer of model 'm' from {folder}: no tokenizer.json").body()
-    assert body["error"]["message"] == f"could not load the tokenizer of model 'm' from {SERVER_PATH}: no tokenizer.json"
+    expected = f"could not load the tokenizer of model 'm' from {SERVER_PATH}: no tokenizer.json"
+    assert body["error"]["message"] == expected
 
 
 @pytest.mark.parametrize("text", ["no route POST /v1/chat/completions", "GET is not allowed on /v1/models",
