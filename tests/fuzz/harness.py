@@ -95,7 +95,7 @@ def check(target: Target, case: Any) -> str:
 def _outcome(target: Target, case: Any, root: Path) -> str:
     try:
         result = target.run(case, root)
-    except Hang:
+    except (Hang, Violation):
         raise
     except target.errors as exc:
         if not target.names_it(exc):

@@ -479,6 +479,82 @@ def _names_a_parameter(exc: BaseException) -> bool:
     return "'" in str(exc) or "sampling parameter" in str(exc)
 
 
+# -- the OpenAI frontend's request bodies ------------------------------------------------------------------------
+
+_MESSAGE = st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "assistant", "tool", "x"]),
+                                  "content": st.one_of(TEXT, st.lists(st.fixed_dictionaries(
+                                      {"type": st.sampled_from(["text", "image_url", "x"]), "text": TEXT}), max_size=2),
+                                      JSON_SCALAR)},
+                                 optional={"tool_calls": JSON, "tool_call_id": TEXT, "name": TEXT})
+_TOOL = st.fixed_dictionaries({"type": st.sampled_from(["function", "x"]),
+                               "function": st.fixed_dictionaries({"name": TEXT}, optional={"parameters": JSON,
+                                                                                          "description": TEXT})})
+_BODY = st.fixed_dictionaries({"model": st.one_of(st.sampled_from(["tiny_llm", "", "x\x00"]), JSON_SCALAR)}, optional={
+    "messages": st.one_of(st.lists(_MESSAGE, max_size=3), JSON), "prompt": st.one_of(
+        TEXT, st.lists(st.integers(-1, 2**64), max_size=3), st.lists(st.lists(st.integers(-1, 70000), max_size=2),
+                                                                     max_size=2), JSON),
+    "input": st.one_of(TEXT, st.lists(TEXT, max_size=2), st.lists(st.integers(-2, 2**40), max_size=2)),
+    "query": TEXT, "documents": st.lists(TEXT, max_size=2),
+    "max_tokens": JSON_SCALAR, "n": JSON_SCALAR, "temperature": JSON_SCALAR, "stream": JSON_SCALAR,
+    "tools": st.one_of(st.lists(_TOOL, max_size=2), JSON), "tool_choice": st.one_of(
+        st.sampled_from(["auto", "none", "required", "x"]), JSON),
+    "response_format": st.one_of(st.fixed_dictionaries({"type": st.sampled_from(["json_object", "json_schema",
+                                                                                  "text", "x"])},
+                                                       optional={"json_schema": JSON}), JSON),
+    "logit_bias": JSON, "stop": JSON, "seed": JSON_SCALAR, "structured_outputs": JSON, "x": JSON_SCALAR})
+_RAW_BODIES = st.sampled_from(["", "{", "[]", "null", '{"model": "m", "messages": [' * 100, '"\\ud800"',
+                               '{"model": "\\ud800"}', '{"max_tokens": 1e400}', '{"n": 18446744073709551616}',
+                               '{"model": "m", "model": "n"}', "\xff\xfe"])
+FRONTEND_CASES = st.fixed_dictionaries({
+    "route": st.sampled_from(["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/rerank",
+                              "/v1/models/x%00y", "/v1/models"]),
+    "body": st.one_of(st.builds(json.dumps, _BODY), _RAW_BODIES)})
+_frontend: list[Any] = []
+
+
+def _frontend_url() -> str:
+    """One frontend (real uvicorn, the toolkit's app) in front of no Triton, for the whole process."""
+    if not _frontend:
+        import atexit
+
+        from tritonpkg.frontend import FrontendServer, FrontendSettings
+
+        server = FrontendServer(FrontendSettings(triton_grpc_url="127.0.0.1:1", port=0, max_request_bytes=1 << 20))
+        server.start()
+        atexit.register(server.stop)
+        _frontend.append(server)
+    return str(_frontend[0].url)
+
+
+def _is_object(body: str) -> bool:
+    """Whether the body is a JSON object (only then can a 400 name a field of it)."""
+    try:
+        return isinstance(json.loads(body), dict)
+    except (ValueError, RecursionError):
+        return False
+
+
+def _run_frontend(case: dict[str, Any], root: Path) -> Any:
+    import httpx
+
+    method = "GET" if case["route"].startswith("/v1/models") else "POST"
+    answer = httpx.request(method, _frontend_url() + case["route"], timeout=15,
+                           content=case["body"].encode("utf-8", "surrogatepass"),
+                           headers={"content-type": "application/json"})
+    if answer.status_code < 400:
+        return answer.status_code
+    try:
+        error = answer.json()["error"]
+        message = error["message"]
+    except (ValueError, KeyError, TypeError):
+        raise Violation(f"frontend: {answer.status_code} not in OpenAI's error shape: {answer.text[:300]}") from None
+    if answer.status_code >= 500 and answer.status_code != 503:
+        raise Violation(f"frontend: {answer.status_code} for a client's body: {message[:300]}")
+    if answer.status_code == 400 and not error.get("param") and _is_object(case["body"]):
+        raise Violation(f"frontend: a 400 that names no field: {message[:300]}")
+    return answer.status_code
+
+
 TARGETS: dict[str, Target] = {}
 
 
@@ -493,6 +569,7 @@ def _targets() -> dict[str, Target]:
             Target("archive", ARCHIVE_CASES, _run_archive, _package_errors()),
             Target("wheel", WHEEL_CASES, _run_wheel, _plugin_errors()),
             Target("storage", STORAGE_CASES, _run_storage, _storage_errors()),
+            Target("frontend", FRONTEND_CASES, _run_frontend, ()),
             Target("backend", BACKEND_CASES, _run_backend, _backend_errors(), names_it=_names_a_parameter),
         )})
     return TARGETS
