@@ -117,7 +117,7 @@ REPORT: list[str] = []
 @pytest.fixture(scope="module")
 def red_black(tmp_path_factory, deploy_runtime):
     """Model `adder` v1 deployed behind HAProxy; the tests below try v2 rollouts against it."""
-    from tritonpkg.deploy.executor import release_from
+    from tritonpkg.deploy.release import release_from
 
     root = tmp_path_factory.mktemp("redblack")
     hooks: dict = {}
@@ -144,7 +144,7 @@ def _assert_rolled_back(ex, driver, store, load, out, scenario: str) -> None:
 
 
 def test_new_version_crashing_at_start_rolls_back(red_black):
-    from tritonpkg.deploy.executor import release_from
+    from tritonpkg.deploy.release import release_from
 
     root, ex, driver, store, _hooks = red_black
     spec = write_deploy_spec(root, "adder", 2, prelude='raise RuntimeError("broken at load")')
@@ -157,7 +157,7 @@ def test_new_version_crashing_at_start_rolls_back(red_black):
 
 
 def test_new_version_failing_the_canary_rolls_back(red_black):
-    from tritonpkg.deploy.executor import release_from
+    from tritonpkg.deploy.release import release_from
 
     root, ex, driver, store, _hooks = red_black
     canary_fails = 'if float(x.reshape(-1)[0]) == 1.0: raise ValueError("canary says no")'
@@ -171,7 +171,7 @@ def test_new_version_failing_the_canary_rolls_back(red_black):
 
 
 def test_new_version_killed_mid_shift_rolls_back(red_black):
-    from tritonpkg.deploy.executor import release_from
+    from tritonpkg.deploy.release import release_from
 
     root, ex, driver, store, hooks = red_black
 
@@ -193,7 +193,7 @@ def test_new_version_killed_mid_shift_rolls_back(red_black):
 
 
 def test_interrupted_deploy_is_rolled_back_by_the_next_command(red_black):
-    from tritonpkg.deploy.executor import release_from
+    from tritonpkg.deploy.release import release_from
 
     root, ex, driver, store, hooks = red_black
 
@@ -244,8 +244,8 @@ def _proxy_picture(driver) -> tuple[bytes, bytes, list[tuple[str, str, str, str]
 
 def test_refused_deploy_changes_nothing(red_black):
     """v1 again while v1 serves: refused before its repository is rebuilt or the proxy is touched."""
-    from tritonpkg.deploy.executor import release_from
     from tritonpkg.deploy.plan import PlanError
+    from tritonpkg.deploy.release import release_from
 
     root, ex, driver, store, _hooks = red_black
     [live] = [r for r in store.units_table("adder") if r["status"] == "serving"]
@@ -262,7 +262,7 @@ def test_refused_deploy_changes_nothing(red_black):
 
 
 def test_full_red_black_rollout_under_load(red_black):
-    from tritonpkg.deploy.executor import release_from
+    from tritonpkg.deploy.release import release_from
 
     root, ex, driver, store, _hooks = red_black
     with Load(driver.proxy["http_url"], "adder") as load:
@@ -289,7 +289,7 @@ def test_full_red_black_rollout_under_load(red_black):
 
 
 def test_versioned_keeps_old_clients_and_gc_keeps_latest(tmp_path, deploy_runtime):
-    from tritonpkg.deploy.executor import release_from
+    from tritonpkg.deploy.release import release_from
 
     ex, driver, store = make_executor(tmp_path, deploy_runtime)
     work = tmp_path / "work"

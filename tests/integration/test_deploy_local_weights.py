@@ -22,7 +22,7 @@ BUCKET = "deploy-unit-weights"
 
 def test_a_local_unit_materializes_s3_weights_and_serves_the_copy(tmp_path: Path, deploy_runtime, s3_env,
                                                                   monkeypatch) -> None:
-    from tritonpkg.deploy.executor import build, release_from
+    from tritonpkg.deploy.release import build, release_from
 
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
     weights = tmp_path / "weights"

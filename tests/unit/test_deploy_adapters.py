@@ -14,8 +14,9 @@ import yaml
 from tests.unit.test_deploy_executor import Recorder
 from tritonpkg.deploy import adapters as ad
 from tritonpkg.deploy.driver import Endpoints
-from tritonpkg.deploy.executor import DeployError, Executor, plan_release, release_from
+from tritonpkg.deploy.executor import DeployError, Executor, plan_release
 from tritonpkg.deploy.plan import PlanError, Unit
+from tritonpkg.deploy.release import release_from
 from tritonpkg.deploy.state import StateStore
 from tritonpkg.repository import package_spec
 from tritonpkg.spec import load_spec
@@ -81,7 +82,7 @@ def live_unit(tmp_path):
     """A store whose unit m-blue serves the packaged v1 (one adapter, a), as a local deploy records it."""
     first = release_from(spec(tmp_path, 1, {"a": adapter(tmp_path / "a1", 1)}), tmp_path / "work")
     repo = tmp_path / "work" / "releases" / "v1"
-    package_spec(load_spec(first.spec_file), repo)
+    package_spec(first.spec, repo)
     store = StateStore(tmp_path / "s.db")
     store.ensure_deployment(MODEL, "fake")
     store.put_unit(MODEL, Unit(name="bot-blue", version=1, color="blue", weight=100, status="serving"))

@@ -11,8 +11,9 @@ import pytest
 
 from tritonpkg.deploy import gate
 from tritonpkg.deploy.driver import Driver, Endpoints, Entry, OnStarted
-from tritonpkg.deploy.executor import Executor, Release, release_from
+from tritonpkg.deploy.executor import Executor
 from tritonpkg.deploy.plan import Unit, plan_red_black
+from tritonpkg.deploy.release import Release, release_from
 from tritonpkg.deploy.state import StateStore
 
 

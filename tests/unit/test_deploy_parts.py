@@ -141,7 +141,7 @@ def test_state_round_trip_and_interrupted_runs(tmp_path):
 
 
 def test_a_packaged_repository_is_a_release_and_a_diff_side(write_spec, tmp_path):
-    from tritonpkg.deploy.executor import build, release_from
+    from tritonpkg.deploy.release import build, release_from
     from tritonpkg.repository import package_spec
     from tritonpkg.spec import load_spec
 
@@ -158,7 +158,7 @@ def test_a_packaged_repository_is_a_release_and_a_diff_side(write_spec, tmp_path
     from_spec = release_from(path, tmp_path / "work", "versioned")
     assert from_spec.strategy == "versioned" and not from_spec.repository.exists()  # planned before it is built
     built = build(from_spec)
-    assert built.spec_file is None and (built.repository / "m" / "3" / "model.py").is_file()
+    assert built.built and not from_spec.built and (built.repository / "m" / "3" / "model.py").is_file()
     assert built.schema_ is not None and [t.name for t in built.schema_.inputs] == ["X"]
     assert iodiff.diff(iodiff.load(repo), iodiff.load(path)).changes == []
     assert iodiff.load(repo / "m" / "config.pbtxt").version == 3

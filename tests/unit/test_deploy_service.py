@@ -96,7 +96,7 @@ def test_unit_ports_come_from_the_base_three_per_slot_and_the_recorded_base_is_k
 
 def test_the_spec_can_set_the_unit_port_base_and_the_command_line_wins(write_spec, tmp_path: Path) -> None:
     from tritonpkg.deploy.drivers.local import LocalDriver
-    from tritonpkg.deploy.executor import release_from
+    from tritonpkg.deploy.release import release_from
     from tritonpkg.errors import TritonpkgError
 
     path = write_spec({"name": "m", "version": 1, "kind": "python", "deployment": {"unit_port_base": 23000},

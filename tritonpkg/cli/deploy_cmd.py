@@ -94,8 +94,8 @@ def deploy(
     if target not in ("local", "kubernetes"):
         raise typer.BadParameter("expected local or kubernetes", param_hint="--target")
     from tritonpkg.deploy import service
-    from tritonpkg.deploy.executor import release_from
     from tritonpkg.deploy.gate import Limits
+    from tritonpkg.deploy.release import release_from
 
     k8s = service.KubernetesOptions(namespace=namespace, gateway=gateway, toolkit_image=toolkit_image)
     if teardown:

@@ -5,7 +5,7 @@ What is compared is the packaged model, as files: config.pbtxt and every file of
 their list and the engine arguments the adapters set (max_loras, max_cpu_loras, max_lora_rank: a lower rank
 still fits the live engine, a higher one does not). An adapter's identity is its files' sha256 (one copied into
 the version) or its source URL (a remote one: a new revision is a new URL). The lists a rollout writes are
-computed here too; reading the files is the only effect, in `release_files` and `repository_files`."""
+computed here too; reading the files is the only effect, in `repository_files`."""
 
 from __future__ import annotations
 
@@ -143,17 +143,6 @@ def repository_files(repository: Path, model: str, version: int) -> dict[str, by
             raise TritonpkgError(f"the model's files are larger than {MAX_FILES_BYTES} bytes", file=base)
         out[path.relative_to(repository).as_posix()] = path.read_bytes()
     return out
-
-
-def release_files(spec_file: Path) -> tuple[str, int, dict[str, bytes]]:
-    """A spec's main model as `package` would write it, built in memory."""
-    from tritonpkg.repository.build import build_models
-    from tritonpkg.spec import load_spec
-
-    spec = load_spec(spec_file)
-    built = build_models(spec)
-    main = next((m for m in built if m.name == spec.name), built[0])
-    return main.name, main.version, dict(main.files)
 
 
 def served_list(serving_version: Path) -> dict[str, str]:

@@ -8,34 +8,12 @@ later step, by this command or the next)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tritonpkg.deploy import iodiff
 from tritonpkg.deploy.plan import Unit
-
-
-class Release(BaseModel):
-    """What one deploy brings: a packaged repository holding one version of one model."""
-
-    model: str
-    version: int
-    repository: Path
-    smoke_request: dict[str, Any] | None = None
-    traffic_steps: list[int] = Field(default_factory=lambda: [10, 25, 50, 100])
-    replicas: int = 1
-    gpus: int = 0
-    weights: str | None = None
-    target_release: str = "24.10"
-    strategy: str = "auto"
-    min_requests: int | None = Field(default=None, ge=0, description="the spec's gate minimum; None: the default")
-    unit_port_base: int | None = Field(default=None, description="the spec's; None: the driver's or none")
-    schema_: iodiff.Schema | None = Field(default=None, alias="schema")
-    spec_file: Path | None = Field(default=None, description="packaged into `repository` by build(); None: built")
-
-    model_config = {"populate_by_name": True}
+from tritonpkg.deploy.release import Release
 
 
 class Endpoints(BaseModel):

@@ -5,7 +5,6 @@ rolled back by the next command (`recover`)."""
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from tritonpkg.deploy import adapters as adapters_mod
 from tritonpkg.deploy import gate as gate_mod
 from tritonpkg.deploy import iodiff
 from tritonpkg.deploy.checks import DeployError
-from tritonpkg.deploy.driver import Driver, Endpoints, Release
+from tritonpkg.deploy.driver import Driver, Endpoints
 from tritonpkg.deploy.plan import (
     LiveState,
     Plan,
@@ -33,10 +32,9 @@ from tritonpkg.deploy.plan import (
     plan_rollback,
     plan_versioned,
 )
+from tritonpkg.deploy.release import Release, build
 from tritonpkg.deploy.state import StateStore
 from tritonpkg.errors import TritonpkgError
-from tritonpkg.repository import package_spec
-from tritonpkg.spec import load_spec
 
 ADAPTER_GRACE_S = 30.0  # old adapters stay served this long after their names moved (requests on them finish)
 
@@ -77,41 +75,6 @@ class Outcome(BaseModel):
     recovered: list[Recovery] = Field(default_factory=list)
 
 
-def release_from(source: str | Path, workdir: Path, strategy: str | None = None) -> Release:
-    """A spec (read, not packaged yet: see build) or an already packaged repository. A spec's I/O schema
-    comes from the spec itself, so a deploy is planned, and refused, before anything is written."""
-    src = Path(source)
-    if src.is_dir() and (src / "tritonpkg.lock.json").is_file():
-        model_dir, version = iodiff.repository_model(src)
-        return Release(model=model_dir.name, version=version, repository=src.absolute(),
-                       strategy=strategy or "auto", schema_=iodiff.load(model_dir))
-    spec = load_spec(src)
-    repo = (workdir / "releases" / f"{spec.name}-v{spec.version}" / "repository").absolute()
-    d = spec.deployment
-    return Release(model=spec.name, version=spec.version, repository=repo, smoke_request=d.smoke_request,
-                   traffic_steps=d.traffic_steps, replicas=d.replicas, gpus=d.gpus,
-                   weights=spec.weights_location(), target_release=spec.target_release,
-                   strategy=strategy or d.strategy, min_requests=d.min_requests, unit_port_base=d.unit_port_base,
-                   schema_=iodiff.load(src),
-                   spec_file=src.absolute())
-
-
-def build(release: Release) -> Release:
-    """Package a spec's release into its repository folder (beside it first, so a failed packaging leaves
-    what was there); the schema is then the packaged one, as units record it."""
-    if release.spec_file is None:
-        return release
-    repo = release.repository
-    partial = repo.with_name(repo.name + ".partial")
-    if partial.exists():
-        shutil.rmtree(partial)
-    package_spec(load_spec(release.spec_file), partial)
-    if repo.exists():
-        shutil.rmtree(repo)
-    partial.rename(repo)
-    return release.model_copy(update={"spec_file": None, "schema_": iodiff.load(repo / release.model)})
-
-
 def plan_release(store: StateStore, release: Release, adapter_rollouts: bool = False,
                  adapter_grace_s: float = ADAPTER_GRACE_S) -> Plan:
     """The plan `deploy` would run now against the state in `store`, with the strategy auto picked and why
@@ -133,12 +96,8 @@ def plan_release(store: StateStore, release: Release, adapter_rollouts: bool = F
 
 
 def _release_facts(release: Release) -> tuple[adapters_mod.AdapterFacts, dict[str, bytes]]:
-    if release.spec_file is not None:
-        model, version, files = adapters_mod.release_files(release.spec_file)
-    else:
-        model, version = release.model, release.version
-        files = adapters_mod.repository_files(release.repository, model, version)
-    return adapters_mod.facts(model, version, files), files
+    files = release.files()
+    return adapters_mod.facts(release.model, release.version, files), files
 
 
 def _adapter_rollout(store: StateStore, release: Release, live: LiveState, supported: bool,

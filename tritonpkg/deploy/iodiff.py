@@ -125,7 +125,7 @@ def load(path: str | Path) -> Schema:
         spec = load_spec(p)
         built = build_models(spec)
         main = next((m for m in built if m.name == spec.name), built[0])
-        return from_config(parse_pbtxt(main.files[main.config_path].decode()), spec.version)
+        return from_config(main.config, spec.version)
     raise TritonpkgError("cannot read an I/O schema here", file=p,
                          expected="a tritonpkg.yaml, a model repository, a model folder or a config.pbtxt")
 

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from tritonpkg.deploy.driver import Driver, Endpoints
-from tritonpkg.deploy.executor import ADAPTER_GRACE_S, Executor, Outcome, Release, build, plan_release
+from tritonpkg.deploy.executor import ADAPTER_GRACE_S, Executor, Outcome, plan_release
 from tritonpkg.deploy.gate import Limits
 from tritonpkg.deploy.plan import Plan, Step, Unit
+from tritonpkg.deploy.release import Release, build
 from tritonpkg.deploy.state import StateStore
 from tritonpkg.errors import TritonpkgError
 

@@ -31,6 +31,11 @@ class BuiltModel:
     files: dict[str, bytes] = field(default_factory=dict)
     modes: dict[str, int] = field(default_factory=dict)  # permission bits of copied user files; others 0o644
     adapters: dict[str, dict[str, Any]] = field(default_factory=dict)  # LoRA name -> {source, folder}
+    config: Any = None  # the ModelConfig protobuf config.pbtxt is rendered from (read without parsing it back)
+
+    def set_config(self, config: cfg.ModelConfigSpec) -> None:
+        self.config = cfg.build(config)
+        self.files[self.config_path] = cfg.to_pbtxt(self.config).encode()
 
     @property
     def config_path(self) -> str:
@@ -93,7 +98,7 @@ def _vllm_model(spec: Spec) -> BuiltModel:
         instance_kind="KIND_MODEL",
     )
     model = BuiltModel(spec.name, spec.version, "vllm")
-    model.files[model.config_path] = cfg.to_pbtxt(cfg.build(config)).encode()
+    model.set_config(config)
     prefix = f"{spec.name}/{spec.version}"
     lora = build_adapters(spec)
     args = {**lora.engine_args, **engine_args(spec)}  # what the spec sets wins
@@ -147,7 +152,7 @@ def _python_model(
         decoupled=bool(template.meta.get("decoupled")),
     )
     model = BuiltModel(name, spec.version, template_name)
-    model.files[model.config_path] = cfg.to_pbtxt(cfg.build(config)).encode()
+    model.set_config(config)
     context = {
         "name": name,
         "version": spec.version,
@@ -225,7 +230,7 @@ def _ensemble_models(spec: Spec) -> list[BuiltModel]:
     ensemble = BuiltModel(spec.name, spec.version, "ensemble")
     config = cfg.ModelConfigSpec(name=spec.name, platform="ensemble", inputs=ens_in, outputs=ens_out,
                                  instance_kind=None, ensemble_steps=steps)
-    ensemble.files[ensemble.config_path] = cfg.to_pbtxt(cfg.build(config)).encode()
+    ensemble.set_config(config)
     ensemble.files[f"{spec.name}/{spec.version}/.keep"] = b""
     return [tokenize, model, detokenize, ensemble]
 

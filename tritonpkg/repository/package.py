@@ -38,15 +38,17 @@ def spec_sha256(spec: Spec) -> str:
     return lock_mod.sha256(canonical.encode())
 
 
-def package_spec(spec: Spec, repository: str | Path, archive: str | Path | None = None) -> PackageResult:
+def package_spec(spec: Spec, repository: str | Path, archive: str | Path | None = None,
+                 models: list[BuiltModel] | None = None) -> PackageResult:
     """Build `spec` into `repository`. Other models and other versions already there are kept;
-    the same version of the same model is replaced whole. Nothing changes unless everything succeeds."""
+    the same version of the same model is replaced whole. Nothing changes unless everything succeeds.
+    `models`: `build(spec)` done already (a deploy builds once, compares, then writes)."""
     repo = Path(repository)
     if repo.exists() and not repo.is_dir():
         raise PackageError("output exists and is not a directory", file=repo, expected="a model repository folder")
     requirements = check_requirements(spec)
     wheels, plugins = _plugins(spec)
-    models = build_models(spec, requirements)
+    models = build(spec, requirements) if models is None else models
     result = PackageResult(repository=repo.absolute(), models=[m.name for m in models], version=spec.version)
 
     with staged_directory(repo) as stage:
@@ -77,6 +79,11 @@ def package_spec(spec: Spec, repository: str | Path, archive: str | Path | None 
             files, modes = _package_files(stage, models, lock)
             archive_mod.write(result.archive, files, wheels, modes)
     return result
+
+
+def build(spec: Spec, requirements: list[str] | None = None) -> list[BuiltModel]:
+    """The models `package_spec` writes for `spec`, in memory (requirements checked against the pins)."""
+    return build_models(spec, check_requirements(spec) if requirements is None else requirements)
 
 
 def _adapter_lock(model: BuiltModel) -> dict[str, dict]:
