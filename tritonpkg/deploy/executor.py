@@ -4,7 +4,6 @@ rolled back by the next command (`recover`)."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from tritonpkg.deploy import adapters as adapters_mod
 from tritonpkg.deploy import gate as gate_mod
-from tritonpkg.deploy import iodiff
+from tritonpkg.deploy import strategy
 from tritonpkg.deploy.checks import DeployError
 from tritonpkg.deploy.driver import Driver, Endpoints
 from tritonpkg.deploy.plan import (
@@ -25,12 +24,8 @@ from tritonpkg.deploy.plan import (
     Step,
     StepKind,
     Unit,
-    choose,
-    plan_adapters,
     plan_gc,
-    plan_red_black,
     plan_rollback,
-    plan_versioned,
 )
 from tritonpkg.deploy.release import Release, build
 from tritonpkg.deploy.state import StateStore
@@ -77,95 +72,35 @@ class Outcome(BaseModel):
 
 def plan_release(store: StateStore, release: Release, adapter_rollouts: bool = False,
                  adapter_grace_s: float = ADAPTER_GRACE_S) -> Plan:
-    """The plan `deploy` would run now against the state in `store`, with the strategy auto picked and why
-    (reads the state, the live unit's files and the release's: a dry run needs no driver). `adapter_rollouts`:
-    the target can roll adapters into a running engine (auto then picks that for an adapter-only change)."""
+    """The plan `deploy` would run now against the state in `store` (strategy.choose_plan on what `observe` read:
+    the state, the live unit's files and the release's; a dry run needs no driver). `adapter_rollouts`: the
+    target can roll adapters into a running engine (auto then picks that for an adapter-only change)."""
     live = store.live(release.model)
-    rollout = _adapter_rollout(store, release, live, adapter_rollouts, adapter_grace_s)
-    if isinstance(rollout, Plan):
-        return rollout
-    strategy, reason = _strategy(store, release, live)
-    if rollout and release.strategy == "auto":
-        reason += f" (not an adapter rollout: {'; '.join(rollout)})"
-    if strategy == "versioned":
-        plan = plan_versioned(live, release.version, release.replicas)
-    else:
-        plan = plan_red_black(live, release.version, release.traffic_steps, release.replicas)
-    plan.reason = reason
-    return plan
+    return strategy.choose_plan(release, live, observe(store, release, live, adapter_rollouts),
+                                adapter_rollouts=adapter_rollouts, grace_s=adapter_grace_s)
 
 
-def _release_facts(release: Release) -> tuple[adapters_mod.AdapterFacts, dict[str, bytes]]:
-    files = release.files()
-    return adapters_mod.facts(release.model, release.version, files), files
-
-
-def _adapter_rollout(store: StateStore, release: Release, live: LiveState, supported: bool,
-                     grace_s: float) -> Plan | list[str]:
-    """The adapter rollout of `release` into the live unit, or why there is none ([] when not asked about)."""
-    if release.strategy not in ("auto", "adapters"):
-        return []
-    current = live.unit(live.alias or "") or live.serving()
-    why: list[str] = []
-    if current is None:
-        why.append("no live unit")
-    elif not supported:
-        why.append("this target cannot change a running unit's adapters")
-    elif current.replicas != 1:
-        why.append(f"{current.name} runs {current.replicas} replicas (adapter rollouts change one)")
+def observe(store: StateStore, release: Release, live: LiveState, adapter_rollouts: bool) -> strategy.Observed:
+    """What the strategy choice reads: the serving unit's recorded schema, and where an adapter rollout is a
+    candidate the live unit's packaged files, its served adapter list and the release's files."""
+    serving = live.serving()
+    schema = store.endpoints(live.model, serving.name).get("schema") if serving else None
+    current = strategy.adapter_unit(live)
     ep = store.endpoints(live.model, current.name) if current is not None else {}
-    if not why and not (ep.get("repository") and ep.get("serving_repository")):
-        why.append(f"{current.name if current else '-'} records no repository")
-    if why or current is None:
-        return _refuse(release, why, quiet=True)
+    if current is None or not strategy.wants_adapter_files(release, live, adapter_rollouts, ep):
+        return strategy.Observed(serving_schema=schema, endpoints=ep)
     try:
-        live_facts = adapters_mod.facts(live.model, current.version, adapters_mod.repository_files(
-            Path(ep["repository"]), live.model, current.version))
-        new_facts, files = _release_facts(release)
+        live_files = adapters_mod.repository_files(Path(ep["repository"]), live.model, current.version)
+        new_files = release.files()
     except (OSError, ValueError, TritonpkgError) as exc:
-        return _refuse(release, [f"the releases cannot be compared: {exc}"])
-    if not (live_facts.lora and new_facts.lora):
-        return _refuse(release, ["LoRA is off in the " + ("live" if not live_facts.lora else "new") + " release"],
-                       quiet=True)
-    live_facts.adapters = dict(ep.get("adapter_ids") or live_facts.adapters)
-    released = max(current.version, int(ep.get("adapter_release") or 0))
-    why = adapters_mod.only_adapters_changed(live_facts, new_facts)
-    if not why and release.version <= released:
-        why.append(f"version {release.version} is not above the live adapters' {released}")
-    if why:
-        return _refuse(release, why)
-    serving = Path(ep["serving_repository"]) / live.model / str(current.version)
-    listing = json.loads(files[f"{release.model}/{release.version}/{adapters_mod.MULTI_LORA}"])
-    version_dir = release.repository / release.model / str(release.version)
-    folders = {name: str(version_dir / loc.removeprefix("./")) if loc.startswith("./") else loc
-               for name, loc in listing.items()}
-    live_list = adapters_mod.served_list(serving)
-    lists = adapters_mod.rollout_lists(live_list, live_facts.adapters, folders, new_facts.adapters, release.version)
-    plan = plan_adapters(live, current.name, release.version, live_list, lists.load, lists.alias, lists.final,
-                         lists.canaries, grace_s, summary=lists.summary)
-    plan.reason = ("--strategy adapters" if release.strategy == "adapters" else
-                   "auto: only the LoRA adapters changed, rolled into the live engine of " + current.name)
-    return plan
-
-
-def _strategy(store: StateStore, release: Release, live: LiveState) -> tuple[str, str]:
-    if release.strategy != "auto":
-        return choose(release.strategy, None, [])
-    current = live.serving()
-    old = store.endpoints(live.model, current.name).get("schema") if current else None
-    if old is None or release.schema_ is None:
-        return choose("auto", None, [])
-    d = iodiff.diff(iodiff.Schema.model_validate(old), release.schema_)
-    return choose("auto", d.compatible, d.reasons())
-
-
-def _refuse(release: Release, why: list[str], quiet: bool = False) -> list[str]:
-    """--strategy adapters: a PlanError naming why. auto: why, for the plan's reason (nothing when `quiet`: the
-    release is no candidate at all, e.g. no LoRA or nothing live)."""
-    if release.strategy == "adapters":
-        raise PlanError("not an adapter rollout: " + "; ".join(why), field="strategy",
-                        expected="a release whose only change from the live unit is its adapters")
-    return [] if quiet else why
+        return strategy.Observed(serving_schema=schema, endpoints=ep, unreadable=str(exc))
+    try:
+        served = adapters_mod.served_list(strategy.serving_version(ep, live.model, current.version))
+    except TritonpkgError as exc:
+        return strategy.Observed(serving_schema=schema, endpoints=ep, live_files=live_files, new_files=new_files,
+                                 served_error=exc)
+    return strategy.Observed(serving_schema=schema, endpoints=ep, live_files=live_files, new_files=new_files,
+                             served=served)
 
 
 class Executor:
@@ -197,8 +132,8 @@ class Executor:
         outcome = self.run(plan, release)
         if outcome.ok and plan.strategy == "adapters":  # the deployment's own strategy stays as it was
             unit = _named_unit(plan.steps[0])
-            self._record(release.model, unit, Endpoints(adapter_ids=_release_facts(release)[0].adapters,
-                                                        adapter_release=release.version))
+            ids = adapters_mod.facts(release.model, release.version, release.files()).adapters
+            self._record(release.model, unit, Endpoints(adapter_ids=ids, adapter_release=release.version))
         elif outcome.ok:
             self.store.set_deployment(release.model, strategy=plan.strategy)
         outcome.recovered = recovered
