@@ -44,6 +44,7 @@ class Target:
                                                                                 or getattr(exc, "field", None)))
     check_result: Callable[[Any], None] = field(default=lambda result: None)
     warm: Any = None  # a case run once, unbounded, before any bounded one (imports, caches)
+    smoke_examples: int | None = None  # fewer cases in the default run for a target whose case costs more
 
 
 @contextlib.contextmanager

@@ -115,11 +115,38 @@ _RAW_YAML = st.sampled_from([
 ])
 
 
+_VALID_SPECS = [
+    {"name": "m", "version": 1, "kind": "vllm", "weights": "s3://bkt/w", "engine_args": {"max_model_len": 64}},
+    {"name": "m", "version": 1, "kind": "vllm", "weights": "hf://o/n@main", "engine_args": {"enable_lora": True},
+     "adapters": [{"name": "alpha", "source": "s3://bkt/a"}], "openai": True},
+]
+
+
+def _one_field_changed(base: dict[str, Any], path: list[str], value: Any) -> dict[str, Any]:
+    """`base` with the field at `path` (as deep as it exists) set to `value`."""
+    spec = json.loads(json.dumps(base))
+    node = spec
+    for key in path[:-1]:
+        if not isinstance(node.get(key), dict):
+            break
+        node = node[key]
+    node[path[-1]] = value
+    return spec
+
+
+_NEAR_VALID = st.builds(_one_field_changed, st.sampled_from(_VALID_SPECS),
+                        st.lists(st.sampled_from(["name", "version", "kind", "weights", "engine_args", "python",
+                                                  "template", "inputs", "dims", "adapters", "openai", "max_model_len",
+                                                  "deployment", "target_release", "requirements"]),
+                                 min_size=1, max_size=2), JSON)
+
+
 def _spec_text(case: dict[str, Any]) -> str:
     return case["raw"] if "raw" in case else yaml.safe_dump(case["spec"], allow_unicode=True)
 
 
-SPEC_CASES = st.one_of(st.builds(lambda s: {"spec": s}, _SPEC), st.builds(lambda r: {"raw": r}, _RAW_YAML),
+SPEC_CASES = st.one_of(st.builds(lambda s: {"spec": s}, _SPEC),
+                       st.builds(lambda s: {"spec": s}, _NEAR_VALID), st.builds(lambda r: {"raw": r}, _RAW_YAML),
                        st.builds(lambda r, s: {"raw": r + yaml.safe_dump(s)}, _RAW_YAML, _SPEC))
 
 
@@ -406,6 +433,50 @@ def _run_storage(case: dict[str, Any], root: Path) -> Any:
             fs.rm(bucket, recursive=True)
 
 
+_moto: list[Any] = []
+
+
+def use_s3(server: Any) -> None:
+    """Fuzz against this moto server (the test session's own) instead of starting one."""
+    if not _moto:
+        _moto.extend([server, server.client()])
+
+
+def _s3_env() -> dict[str, str]:
+    """One moto S3 server (a real S3 API on loopback) for the whole process."""
+    if not _moto:
+        import atexit
+        import tempfile
+
+        from tritonpkg.devtools.s3 import MotoS3
+
+        server = MotoS3.start(Path(tempfile.mkdtemp(prefix="fuzz-moto-")) / "moto.log")
+        atexit.register(server.stop)
+        _moto.extend([server, server.client()])
+    return dict(_moto[0].env)
+
+
+def _run_s3(case: dict[str, Any], root: Path) -> Any:
+    """The same listings through S3's own listing (list_objects_v2 keys turned into paths)."""
+    from tritonpkg.storage.materialize import materialize
+
+    env = _s3_env()
+    client = _moto[1]
+    bucket = f"fuzz-{os.getpid()}-{next(_bucket)}"
+    client.create_bucket(Bucket=bucket)
+    try:
+        for key, data in case["keys"].items():
+            with contextlib.suppress(Exception):
+                client.put_object(Bucket=bucket, Key=f"m/{key}", Body=data.encode("utf-8", "surrogatepass"))
+        with _env(**env):
+            return materialize(f"s3://{bucket}/m", root / "weights", name=case["name"], concurrency=1)
+    finally:
+        listed = client.list_objects_v2(Bucket=bucket).get("Contents", [])
+        for obj in listed:
+            client.delete_object(Bucket=bucket, Key=obj["Key"])
+        client.delete_bucket(Bucket=bucket)
+
+
 def _storage_errors() -> tuple[type[BaseException], ...]:
     from tritonpkg.storage.errors import StorageError
 
@@ -569,6 +640,7 @@ def _targets() -> dict[str, Target]:
             Target("archive", ARCHIVE_CASES, _run_archive, _package_errors()),
             Target("wheel", WHEEL_CASES, _run_wheel, _plugin_errors()),
             Target("storage", STORAGE_CASES, _run_storage, _storage_errors()),
+            Target("s3", STORAGE_CASES, _run_s3, _storage_errors(), smoke_examples=12),
             Target("frontend", FRONTEND_CASES, _run_frontend, ()),
             Target("backend", BACKEND_CASES, _run_backend, _backend_errors(), names_it=_names_a_parameter),
         )})

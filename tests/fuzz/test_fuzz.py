@@ -10,17 +10,25 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from tests.fuzz.harness import check, corpus_cases, load_case
-from tests.fuzz.targets import targets
+from tests.fuzz.targets import targets, use_s3
 
 SMOKE_EXAMPLES = int(os.environ.get("TRITONPKG_FUZZ_SMOKE_EXAMPLES", "40"))
 TARGETS = targets()
 
 
+@pytest.fixture
+def session_parts(request, name):
+    """The session's shared servers, for the targets that talk to one (a moto S3 for `s3`)."""
+    if name == "s3":
+        use_s3(request.getfixturevalue("s3_server"))
+
+
 @pytest.mark.parametrize("name", sorted(TARGETS))
-def test_smoke(name):
+def test_smoke(name, session_parts):
     target = TARGETS[name]
 
-    @settings(derandomize=True, max_examples=SMOKE_EXAMPLES, deadline=None, database=None,
+    @settings(derandomize=True, max_examples=min(SMOKE_EXAMPLES, target.smoke_examples or SMOKE_EXAMPLES),
+              deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
     @given(target.strategy)
     def run(case):
@@ -33,7 +41,7 @@ CORPUS = [(name, path) for name in sorted(TARGETS) for path in corpus_cases(name
 
 
 @pytest.mark.parametrize(("name", "path"), CORPUS, ids=[f"{n}/{p.name}" for n, p in CORPUS])
-def test_corpus(name, path):
+def test_corpus(name, path, session_parts):
     check(TARGETS[name], load_case(path))
 
 
