@@ -477,6 +477,46 @@ def _run_s3(case: dict[str, Any], root: Path) -> Any:
         client.delete_bucket(Bucket=bucket)
 
 
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+_HF_ENTRY = st.fixed_dictionaries({
+    "name": st.one_of(_KEYS, st.sampled_from(["config.json", "model.safetensors", "sub/tokenizer.json"])),
+    "kind": st.sampled_from(["file", "link", "link", "dir"]),
+    "target": st.sampled_from(["../../blobs/b1", "../../blobs/missing", "../../../../../outside/x", "/etc/hostname",
+                               "../../refs/main", ".", "config.json", "../../../models--o--m/blobs/b1"]),
+    "data": st.text(max_size=8)})
+HF_CASES = st.fixed_dictionaries({
+    "rev": st.one_of(st.sampled_from(["main", COMMIT, "v1/../../x", "../main", "", "a\x00b", "refs/pr/1"]), TEXT),
+    "ref": st.one_of(st.none(), st.sampled_from([COMMIT + "\n", COMMIT.upper(), "x" * 80, "", "../" * 5])),
+    "entries": st.lists(_HF_ENTRY, max_size=5)})
+
+
+def _run_hf(case: dict[str, Any], root: Path) -> Any:
+    """A local Hugging Face cache (what hf:// reads offline): refs, snapshot links into blobs, hostile names."""
+    from tritonpkg.storage.materialize import materialize
+
+    repo = root / "hf" / "models--o--n"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "blobs" / "b1").write_text("blob")
+    snapshot = repo / "snapshots" / COMMIT
+    snapshot.mkdir(parents=True)
+    if case["ref"] is not None and _inside(repo / "refs", case["rev"]) is not None:
+        _write(repo / "refs" / case["rev"], case["ref"])
+    for entry in case["entries"]:
+        path = _inside(snapshot, entry["name"])
+        if path is None:
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if entry["kind"] == "file":
+                path.write_text(entry["data"], "utf-8", "surrogatepass")
+            elif entry["kind"] == "dir":
+                path.mkdir()
+            else:
+                os.symlink(entry["target"], path)
+    with _env(HF_HUB_OFFLINE="1"):
+        return materialize(f"hf://o/n@{case['rev']}", root / "weights", concurrency=1, hf_cache=root / "hf")
+
+
 def _storage_errors() -> tuple[type[BaseException], ...]:
     from tritonpkg.storage.errors import StorageError
 
@@ -641,6 +681,7 @@ def _targets() -> dict[str, Target]:
             Target("wheel", WHEEL_CASES, _run_wheel, _plugin_errors()),
             Target("storage", STORAGE_CASES, _run_storage, _storage_errors()),
             Target("s3", STORAGE_CASES, _run_s3, _storage_errors(), smoke_examples=12),
+            Target("hf", HF_CASES, _run_hf, _storage_errors()),
             Target("frontend", FRONTEND_CASES, _run_frontend, ()),
             Target("backend", BACKEND_CASES, _run_backend, _backend_errors(), names_it=_names_a_parameter),
         )})
