@@ -94,3 +94,18 @@ def test_the_tiny_llm_smoke_request_is_accepted_by_every_snapshotted_release():
         if r.vllm_base is not None and load_snapshot(str(r.vllm_base)) is not None:
             assert smoke_request_problem(request, r.release) is None, r.release
     assert smoke_request_problem({"sampling_parameters": {"max_tokens": 1, "no_such_field": 1}}, "26.08")
+
+
+def test_compat_shows_what_each_release_is_checked_by():
+    from typer.testing import CliRunner
+
+    from tritonpkg.cli import app
+
+    out = CliRunner().invoke(app, ["compat", "--json"])
+    assert out.exit_code == 0
+    for row in json.loads(out.stdout)["releases"]:
+        vllm = compat.get_release(row["release"]).vllm_base
+        if vllm is not None and load_snapshot(str(vllm)) is not None:
+            assert row["engine_args"] == f"vllm-{vllm}.json"
+        else:
+            assert row["engine_args"].startswith("none: "), row

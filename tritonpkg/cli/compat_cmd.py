@@ -24,6 +24,7 @@ def show(
             **r.model_dump(),
             "logits_processor_gpu": compat.logits_processor_interface(r.vllm_base, "gpu") if r.vllm_base else None,
             "backend_imports_list": compat.backend_imports(r.backend_imports) if r.backend_imports else None,
+            "engine_args": _engine_args_source(r.vllm_base),
         }
         for r in compat.releases()
     ]
@@ -31,11 +32,13 @@ def show(
         print_json({"toolkit": compat.toolkit(), "releases": rows})
         return
     table = Table(title="Triton vllm-python-py3 releases", header_style="bold")
-    for col in ("release", "server", "python", "vLLM", "stub numpy", "backend imports", "logits procs (GPU)"):
+    for col in ("release", "server", "python", "vLLM", "stub numpy", "backend imports", "logits procs (GPU)",
+                "engine args checked by"):
         table.add_column(col)
     for r in rows:
         table.add_row(*(r[k] or "unknown" for k in ("release", "server_version", "python", "vllm", "stub_numpy",
-                                                     "backend_imports", "logits_processor_gpu")))
+                                                     "backend_imports", "logits_processor_gpu")),
+                      r["engine_args"] if r["engine_args"].startswith("vllm-") else "no snapshot")
     console.print(table)
     tk = compat.toolkit()
     console.print(
@@ -44,6 +47,18 @@ def show(
         f"({tk['vllm']['gpu_package']} | {tk['vllm']['cpu_package']}), numpy {tk['vllm']['numpy']}",
         highlight=False,
     )
+
+
+def _engine_args_source(vllm) -> str:
+    """The snapshot validate -r judges this vLLM's engine arguments by, or why there is none."""
+    from tritonpkg import compat
+    from tritonpkg.compat.engine_args import load_snapshot, snapshot_path
+
+    if vllm is None:
+        return "none: the release does not publish its vLLM"
+    if load_snapshot(str(vllm)) is not None:
+        return snapshot_path(str(vllm)).name
+    return f"none: {compat.engine_args_unavailable(vllm) or 'not recorded'}"
 
 
 @app.command("check")
