@@ -62,6 +62,8 @@ from lora import (
     lora_enabled,
     read_list,
 )
+from lora_index_fix import LoraFixError
+from lora_index_fix import engine_args as lora_fixed_engine_args
 from priority import ENV as NICE_ENV
 from priority import engine_niceness
 from request_base import (
@@ -171,6 +173,14 @@ class TritonPythonModel:
             engine_nice = engine_niceness(os.environ.get(NICE_ENV), current_platform.is_cpu())
         except ValueError as exc:
             raise pb_utils.TritonModelException(f"model '{self.model_name}': {exc}") from None
+        try:
+            engine_args, lora_fixed = lora_fixed_engine_args(engine_args, lora_enabled(engine_args))
+        except LoraFixError as exc:
+            raise pb_utils.TritonModelException(f"model '{self.model_name}': {exc}") from None
+        if lora_fixed:
+            self.logger.log_info(f"[vllm] model '{self.model_name}': this vLLM's CPU LoRA ops would apply an adapter "
+                                 "to base requests batched beside adapter requests; corrected in its workers "
+                                 "(lora_index_fix.py)")
 
         self.host = EngineHost(self.model_name, str(args.get("model_version", "")), self.logger, health_check,
                                engine_nice, on_dead=self._fail_all)
