@@ -105,7 +105,7 @@ def test_the_local_driver_refuses_a_symlinked_state_file_and_truncates_nothing(n
         driver.shutdown()  # had it started HAProxy (the code before this rule did), stop it
     assert str(workdir / name) in str(err.value) and "symlink" in str(err.value)
     assert precious.read_text() == "keep me\n"
-    assert driver._haproxy is None and not driver.proxy.get("pgid")
+    assert driver.haproxy.group is None and not driver.proxy.get("pgid")
     assert set(os.listdir(workdir)) <= {name, "routes.map", "haproxy.cfg"}  # written before the refusal, no temp
 
 

@@ -10,7 +10,7 @@ from typing import Any, get_args
 
 import pytest
 
-from tritonpkg.deploy.driver import Driver, Endpoints, Entry, OnStarted
+from tritonpkg.deploy.driver import AdapterRollouts, Driver, Endpoints, Entry, OnStarted
 from tritonpkg.deploy.executor import Executor, Release
 from tritonpkg.deploy.plan import Plan, Step, StepKind, Unit
 from tritonpkg.deploy.state import StateStore
@@ -23,7 +23,6 @@ class Recorder:
     """Units are names; `fail` maps a method name to the error it raises the first time it is called."""
 
     target = "fake"
-    adapter_rollouts = True
 
     def __init__(self, fail: Mapping[str, Exception] | None = None) -> None:
         self.proxy: dict[str, Any] = {}
@@ -92,8 +91,8 @@ class Recorder:
         return [f"stopped {ep.name}" for ep in units]
 
 
-def _implements(driver: Recorder) -> Driver:
-    return driver  # mypy checks the recorder against the protocol
+def _implements(driver: Recorder) -> tuple[Driver, AdapterRollouts]:
+    return driver, driver  # mypy checks the recorder against the protocols
 
 
 def _release(tmp_path: Path, version: int, **kw: Any) -> Release:

@@ -137,7 +137,7 @@ def decoys(tmp_path: Path) -> Iterator[Callable[[str], list[ProcessGroup]]]:
 
 def test_teardown_stops_a_unit_and_proxy_spawned_but_never_recorded(tmp_path: Path, decoys, killed_deploy) -> None:
     from tritonpkg.deploy import service
-    from tritonpkg.deploy.drivers.local import spawn_tag
+    from tritonpkg.deploy.drivers.processes import spawn_tag
     from tritonpkg.deploy.plan import Unit
 
     state_dir = tmp_path / "state"

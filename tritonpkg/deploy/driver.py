@@ -1,14 +1,15 @@
 """The contract between the executor and a deploy target, in the manner of httpx's transport interface:
-one small protocol, one method per step kind that plan.py produces, many implementations
-(drivers/local.py: tritonservers behind HAProxy; drivers/kubernetes.py: objects through the API; the
-unit tests' fake). The executor owns the state file and the gate's judgement; a driver only acts on its
-target and says where each unit is (`Endpoints`, recorded in the state file and handed back on every
-later step, by this command or the next)."""
+one small core protocol (`Driver`: a method per step kind every target carries out) plus optional
+capabilities a target has or has not (`AdapterRollouts`, checked with isinstance), so no target implements a
+step by refusing it; many implementations (drivers/local.py: tritonservers behind HAProxy;
+drivers/kubernetes.py: objects through the API; the unit tests' fake). The executor owns the state file
+and the gate's judgement; a driver only acts on its target and says where each unit is (`Endpoints`,
+recorded in the state file and handed back on every later step, by this command or the next)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -75,7 +76,6 @@ class Driver(Protocol):
 
     target: str
     proxy: dict[str, Any]
-    adapter_rollouts: bool  # `adapters` and `adapter_check` act on a running unit (else they refuse)
 
     def sync(self, model: str, units: Sequence[Mapping[str, Any]], alias: str | None) -> None:
         """Take the state's picture (units rows, the alias) before any step: each command has a fresh driver."""
@@ -112,16 +112,23 @@ class Driver(Protocol):
     def alias(self, ep: Endpoints) -> None:
         """Requests naming the current version (x-model-version: current) go to the unit."""
 
-    def adapters(self, model: str, version: int, ep: Endpoints, listing: Mapping[str, str]) -> dict[str, str]:
-        """The running unit serves `listing` (adapter name -> folder, or a remote source to materialize first) from
-        now on, its engine kept; returns the list as written. Only where `adapter_rollouts` is True."""
-
-    def adapter_check(self, model: str, ep: Endpoints, smoke: dict[str, Any] | None, name: str) -> str:
-        """The unit answers the smoke request with adapter `name` (once its backend has read the list)."""
-
     # -- status and teardown ---------------------------------------------------------------------------
     def entry(self) -> Entry:
         """Where consumers connect."""
 
     def teardown(self, units: Sequence[Endpoints]) -> list[str]:
         """Stop every unit given and the target's shared parts (the local proxy); returns notes."""
+
+
+@runtime_checkable
+class AdapterRollouts(Protocol):
+    """A target that changes a running unit's LoRA adapters, its engine kept (the local one: the vLLM backend
+    follows the unit's multi_lora.json). Only there does auto pick an adapter rollout and a plan carry
+    `adapters` and `adapter_check` steps."""
+
+    def adapters(self, model: str, version: int, ep: Endpoints, listing: Mapping[str, str]) -> dict[str, str]:
+        """The running unit serves `listing` (adapter name -> folder, or a remote source to materialize first) from
+        now on, its engine kept; returns the list as written."""
+
+    def adapter_check(self, model: str, ep: Endpoints, smoke: dict[str, Any] | None, name: str) -> str:
+        """The unit answers the smoke request with adapter `name` (once its backend has read the list)."""

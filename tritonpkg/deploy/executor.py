@@ -16,7 +16,7 @@ from tritonpkg.deploy import adapters as adapters_mod
 from tritonpkg.deploy import gate as gate_mod
 from tritonpkg.deploy import strategy
 from tritonpkg.deploy.checks import DeployError
-from tritonpkg.deploy.driver import Driver, Endpoints
+from tritonpkg.deploy.driver import AdapterRollouts, Driver, Endpoints
 from tritonpkg.deploy.plan import (
     LiveState,
     Plan,
@@ -117,7 +117,7 @@ class Executor:
 
     # -- entry points ----------------------------------------------------------------------------
     def plan(self, release: Release) -> Plan:
-        return plan_release(self.store, release, getattr(self.driver, "adapter_rollouts", False),
+        return plan_release(self.store, release, isinstance(self.driver, AdapterRollouts),
                             self.adapter_grace_s)
 
     def deploy(self, release: Release) -> Outcome:
@@ -337,14 +337,20 @@ class Executor:
         if c.step.wait_s:
             time.sleep(c.step.wait_s)  # requests on the adapters about to be dropped finish
         version = next(u.version for u in self.store.live(c.model).units if u.name == unit)
-        served = self.driver.adapters(c.model, version, self._ep(c.model, unit), c.step.adapters)
+        served = self._rollouts().adapters(c.model, version, self._ep(c.model, unit), c.step.adapters)
         self._record(c.model, unit, Endpoints(adapters=served))
         return f"serving {', '.join(served) or 'no adapters'}"
 
     def _adapter_check(self, c: _Ctx) -> str:
         unit = _named_unit(c.step)
         ep, smoke = self._ep(c.model, unit), c.release.smoke_request if c.release else None
-        return "; ".join(self.driver.adapter_check(c.model, ep, smoke, name) for name in c.step.names)
+        return "; ".join(self._rollouts().adapter_check(c.model, ep, smoke, name) for name in c.step.names)
+
+    def _rollouts(self) -> AdapterRollouts:
+        if not isinstance(self.driver, AdapterRollouts):
+            raise DeployError(f"the {self.driver.target} target cannot change a running unit's adapters",
+                              field="strategy", expected="--target local")
+        return self.driver
 
     _STEPS: ClassVar[dict[StepKind, Callable[[Executor, _Ctx], str]]] = {
         "provision": _provision, "health_check": _health_check, "shift": _shift, "gate": _gate_step,

@@ -1,5 +1,6 @@
-"""HAProxy for the local target: the configuration (pure), and its runtime API over the admin socket,
-which changes weights, addresses, map entries and drains servers without a reload.
+"""HAProxy for the local target: the configuration (pure), its runtime API over the admin socket,
+which changes weights, addresses, map entries and drains servers without a reload, and its life cycle
+(`Proxy`: started once per deployment, found again from its recorded facts, stopped at teardown).
 
 Layout, fixed at start so nothing ever needs a reload: `SLOTS` server slots, each a tritonserver when
 taken. Backends `live_http`/`live_grpc` hold every slot (weights = percent of unversioned traffic);
@@ -22,13 +23,20 @@ the traffic to the twins, so the units that were serving keep serving instead of
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field
 
+from tritonpkg.deploy import state
+from tritonpkg.deploy.drivers import processes
 from tritonpkg.errors import TritonpkgError
+from tritonpkg.proc.group import ProcessGroup
 
 PLACEHOLDER = "127.0.0.1:9"  # never contacted: slots start disabled
 
@@ -251,3 +259,126 @@ def _harmless(line: str) -> bool:
     low = line.lower()
     return any(s in low for s in ("ip changed", "port changed", "no need to change", "done",
                                   "health check port updated"))
+
+
+class Proxy:
+    """One deployment's HAProxy: started once (or found answering from the facts the state file recorded), its
+    routes map changed through the admin socket, stopped at teardown. `facts` is what the state keeps of it
+    (socket, ports, process group; `unit_port_base`, the deployment's, rides along)."""
+
+    def __init__(self, workdir: Path, facts: dict[str, Any] | None = None, *, http_port: int = 0,
+                 grpc_port: int = 0, slots: int = 6, persistent: bool = False) -> None:
+        self.workdir = workdir
+        self.facts: dict[str, Any] = dict(facts or {})
+        self.http_port, self.grpc_port, self.slots = http_port, grpc_port, slots
+        self.persistent = persistent
+        self.group: ProcessGroup | None = None  # started by this command
+
+    @property
+    def config(self) -> Path:
+        return self.workdir / "haproxy.cfg"
+
+    @property
+    def admin(self) -> Admin:
+        return Admin(self.facts["socket"])
+
+    def alive(self) -> bool:
+        if not self.facts.get("socket"):
+            return False
+        try:
+            return "Name: HAProxy" in self.admin.send("show info", timeout=2.0)
+        except ProxyError:
+            return False
+
+    def ensure(self, on_started: Callable[[], None] | None = None) -> tuple[dict[str, Any], str]:
+        """Start HAProxy unless the one recorded still answers; returns its facts and a note (what stopping one a
+        killed command spawned found). `on_started` is called once the facts name its configuration (before the
+        spawn) and again once they hold its process group (right after it)."""
+        if self.alive():
+            return self.facts, ""
+        note = self.stop_unrecorded()  # one a killed command spawned but never recorded: not ours to reuse
+        binary = find_haproxy()
+        from tritonpkg.proc.ports import free_ports
+
+        state.secure_dir(self.workdir.parent)
+        state.secure_dir(self.workdir)
+        auto = iter(free_ports(2))
+        http_port = self.http_port or next(auto)
+        grpc_port = self.grpc_port or next(auto)
+        sock, routes, cfg = self.workdir / "haproxy.sock", self.workdir / "routes.map", self.config
+        state.write_private(routes, "")
+        sock.unlink(missing_ok=True)  # removes a link itself, never its target
+        state.write_private(cfg, render_config(http_port=http_port, grpc_port=grpc_port, socket_path=sock,
+                                               map_path=routes, slots=self.slots))
+        state.check_file(self.workdir / "haproxy.log")  # appended to: a link would be followed
+        check = processes.run_quiet([binary, "-c", "-q", "-f", str(cfg)])
+        if check:
+            raise ProxyError(f"HAProxy rejected its configuration: {check}", file=cfg)
+        group = ProcessGroup([binary, "-f", str(cfg), "-db"], dict(os.environ), self.workdir / "haproxy.log")
+
+        kept = {k: self.facts[k] for k in ("unit_port_base",) if k in self.facts}  # the deployment's, not the proxy's
+        self.facts = {**kept, "config": str(cfg)}  # recorded before the spawn: its tag (spawn_tag) finds the process
+        if on_started is not None:
+            on_started()
+
+        def spawned(started: ProcessGroup) -> None:
+            self.facts = {**kept, "socket": str(sock), "map": str(routes), "config": str(cfg),
+                          **state.identity_fields(started.pgid), "http_port": http_port, "grpc_port": grpc_port,
+                          "slots": self.slots, "http_url": f"http://127.0.0.1:{http_port}",
+                          "grpc_url": f"127.0.0.1:{grpc_port}"}
+            if on_started is not None:
+                on_started()
+
+        processes.start(group.start, spawned, processes.spawn_tag(cfg), self.persistent)
+        deadline = time.monotonic() + 10
+        while not self.alive():
+            if group.poll() is not None or time.monotonic() > deadline:
+                group.stop(grace=2)
+                log = state.read_private(self.workdir / "haproxy.log").decode(errors="replace")[-2000:]
+                raise ProxyError(f"HAProxy did not start:\n{log}", file=cfg)
+            time.sleep(0.05)
+        self.group = group
+        processes.detach(group, self.persistent)
+        return self.facts, note
+
+    def stop_unrecorded(self) -> str:
+        """A proxy recorded only by its configuration (the command was killed before its group's record)."""
+        if not self.facts.get("pgid") and self.facts.get("config") == str(self.config):
+            return processes.stop_unrecorded(processes.spawn_tag(self.config), "HAProxy")
+        return ""
+
+    def stop(self) -> str:
+        """Stop the proxy this command started, else the recorded one (or one spawned but never recorded)."""
+        note = ""
+        if self.group is not None:
+            self.group.stop(grace=3.0)
+            self.group = None
+        elif self.facts.get("pgid"):
+            note = processes.stop_recorded(self.facts, "HAProxy")
+        else:
+            note = self.stop_unrecorded()
+        for key in ("pgid", "pg_start", "pg_exe", "pg_identity"):
+            self.facts.pop(key, None)
+        return note
+
+    # -- the routes map: request key (a version, or 'current') -> slot ---------------------------------------
+    def set_route(self, key: str, value: str) -> None:
+        verb = "set" if key in self.routes() else "add"
+        self.admin.send(f"{verb} map {self.facts['map']} {key} {value}")
+
+    def unroute(self, key: str) -> None:
+        if self.alive():
+            self.admin.send(f"del map {self.facts['map']} {key}")
+
+    def routes(self) -> dict[str, str]:
+        out = {}
+        for line in self.admin.send(f"show map {self.facts['map']}").splitlines():
+            parts = line.split()
+            if len(parts) == 3:
+                out[parts[1]] = parts[2]
+        return out
+
+    def unroute_slot(self, slot: int) -> None:
+        for key, value in self.routes().items():
+            if value == f"slot{slot}":
+                self.admin.send(f"del map {self.facts['map']} {key}")

@@ -192,7 +192,6 @@ class KubernetesDriver:
     AppsV1Api, CoreV1Api and CustomObjectsApi instances (or anything with the same methods)."""
 
     target = "kubernetes"
-    adapter_rollouts = False  # the unit's repository is its ConfigMap: an adapter change is a new unit
 
     def __init__(self, apps: Any, core: Any, custom: Any, *, namespace: str = "default", gateway: str = "tritonpkg",
                  toolkit_image: str = "tritonpkg:latest", ready_timeout: float = 900.0, poll_s: float = 2.0,
@@ -327,12 +326,6 @@ class KubernetesDriver:
     def alias(self, ep: Endpoints) -> None:
         self.alias_unit = self._unit_of(ep)
         self._apply_route()
-
-    def adapters(self, model: str, version: int, ep: Endpoints, listing: Mapping[str, str]) -> dict[str, str]:
-        raise TritonpkgError("adapter rollouts into a running unit need the local target", field="strategy")
-
-    def adapter_check(self, model: str, ep: Endpoints, smoke: dict[str, Any] | None, name: str) -> str:
-        raise TritonpkgError("adapter rollouts into a running unit need the local target", field="strategy")
 
     def entry(self) -> Entry:
         return Entry(route=f"HTTPRoute/{_name(self.model or 'model')} in {self.namespace} (Gateway {self.gateway})")

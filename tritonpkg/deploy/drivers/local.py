@@ -13,20 +13,18 @@ import hashlib
 import json
 import os
 import shutil
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tritonpkg import vllm_io
 from tritonpkg.deploy import state
 from tritonpkg.deploy.checks import check_adapter, check_triton
-from tritonpkg.deploy.driver import Driver, Endpoints, Entry, OnStarted
-from tritonpkg.deploy.drivers import haproxy
+from tritonpkg.deploy.driver import AdapterRollouts, Driver, Endpoints, Entry, OnStarted
+from tritonpkg.deploy.drivers import haproxy, processes
 from tritonpkg.deploy.plan import Unit
 from tritonpkg.errors import TritonpkgError
-from tritonpkg.proc import group as proc_group
 from tritonpkg.proc import rest
 from tritonpkg.proc.group import ProcessGroup
 
@@ -40,15 +38,15 @@ SERVING_COPY = "repository"  # under the unit's folder: the repository it serves
 
 class LocalDriver:
     target = "local"
-    adapter_rollouts = True
 
     def __init__(self, workdir: str | Path, *, proxy: dict[str, Any] | None = None, http_port: int = 0,
                  grpc_port: int = 0, slots: int = 6, persistent: bool = False, runtime: Any = None,
                  startup_timeout: float | None = None, drain_timeout: float = 10.0,
                  weights_root: Path | None = None, triton: Any = None, unit_port_base: int = 0) -> None:
         self.workdir = Path(workdir).absolute()
-        self.proxy: dict[str, Any] = dict(proxy or {})
-        self.http_port, self.grpc_port, self.slots = http_port, grpc_port, slots
+        self.haproxy = haproxy.Proxy(self.workdir, proxy, http_port=http_port, grpc_port=grpc_port, slots=slots,
+                                     persistent=persistent)
+        self.slots = slots
         _check_port_base(unit_port_base, slots, "--unit-port-base")
         self.unit_port_base = unit_port_base  # 0: the spec's, else the deployment's recorded base, else free ports
         self.persistent = persistent
@@ -59,113 +57,30 @@ class LocalDriver:
         self.adapter_ack_timeout = 120.0  # a rewritten adapter list, until the unit's backend serves it
         self.triton = triton  # tritonpkg.serve.TritonOptions; None: serve's defaults + summary latencies
         self._servers: dict[int, Any] = {}  # slot -> ServingStack (supervised here)
-        self._haproxy: ProcessGroup | None = None
         self.notes: list[str] = []  # what stopping recorded process groups found (skipped ones say why)
 
-    # -- the proxy -------------------------------------------------------------------------------
+    # -- the proxy (haproxy.Proxy) --------------------------------------------------------------------
     @property
-    def admin(self) -> haproxy.Admin:
-        return haproxy.Admin(self.proxy["socket"])
+    def proxy(self) -> dict[str, Any]:
+        """The proxy's facts, as the state file keeps them."""
+        return self.haproxy.facts
 
-    def proxy_alive(self) -> bool:
-        if not self.proxy.get("socket"):
-            return False
-        try:
-            return "Name: HAProxy" in self.admin.send("show info", timeout=2.0)
-        except haproxy.ProxyError:
-            return False
+    @proxy.setter
+    def proxy(self, facts: dict[str, Any]) -> None:
+        self.haproxy.facts = facts
 
     def ensure_proxy(self, on_started: OnStarted | None = None) -> dict[str, Any]:
         """Start HAProxy unless the one recorded in the state still answers; returns its facts. `on_started`
-        is called once its process group is in self.proxy, right after it was spawned."""
-        if self.proxy_alive():
-            return self.proxy
-        self._stop_unrecorded_proxy()  # one a killed command spawned but never recorded: not ours to reuse
-        binary = haproxy.find_haproxy()
-        from tritonpkg.proc.ports import free_ports
-
-        self.secure_workdir()
-        auto = iter(free_ports(2))
-        http_port = self.http_port or next(auto)
-        grpc_port = self.grpc_port or next(auto)
-        sock, routes = self.workdir / "haproxy.sock", self.workdir / "routes.map"
-        state.write_private(routes, "")
-        sock.unlink(missing_ok=True)  # removes a link itself, never its target
-        cfg = self.workdir / "haproxy.cfg"
-        state.write_private(cfg, haproxy.render_config(http_port=http_port, grpc_port=grpc_port, socket_path=sock,
-                                                       map_path=routes, slots=self.slots))
-        state.check_file(self.workdir / "haproxy.log")  # appended to: a link would be followed
-        check = self._run_quiet([binary, "-c", "-q", "-f", str(cfg)])
-        if check:
-            raise haproxy.ProxyError(f"HAProxy rejected its configuration: {check}", file=cfg)
-        group = ProcessGroup([binary, "-f", str(cfg), "-db"], dict(os.environ), self.workdir / "haproxy.log")
-
-        kept = {k: self.proxy[k] for k in ("unit_port_base",) if k in self.proxy}  # the deployment's, not the proxy's
-        self.proxy = {**kept, "config": str(cfg)}  # recorded before the spawn: its tag (spawn_tag) finds the process
-        if on_started is not None:
-            on_started(Endpoints())
-
-        def spawned(started: ProcessGroup) -> None:
-            self.proxy = {**kept, "socket": str(sock), "map": str(routes), "config": str(cfg),
-                          **state.identity_fields(started.pgid), "http_port": http_port, "grpc_port": grpc_port,
-                          "slots": self.slots, "http_url": f"http://127.0.0.1:{http_port}",
-                          "grpc_url": f"127.0.0.1:{grpc_port}"}
-            if on_started is not None:
-                on_started(Endpoints())  # the executor saves self.proxy with it
-
-        self._start(group.start, spawned, spawn_tag(cfg))
-        deadline = time.monotonic() + 10
-        while not self.proxy_alive():
-            if group.poll() is not None or time.monotonic() > deadline:
-                group.stop(grace=2)
-                log = state.read_private(self.workdir / "haproxy.log").decode(errors="replace")[-2000:]
-                raise haproxy.ProxyError(f"HAProxy did not start:\n{log}", file=cfg)
-            time.sleep(0.05)
-        self._haproxy = group
-        self._detach(group)
-        return self.proxy
+        gets what to record (the executor saves self.proxy with it) before and right after the spawn."""
+        facts, note = self.haproxy.ensure(None if on_started is None else lambda: on_started(Endpoints()))
+        if note:
+            self._note(note)
+        return facts
 
     def secure_workdir(self) -> Path:
         """The driver's folder under the state folder, this user's alone (tritonpkg.deploy.state.secure_dir)."""
         state.secure_dir(self.workdir.parent)
         return state.secure_dir(self.workdir)
-
-    @staticmethod
-    def _run_quiet(argv: list[str]) -> str:
-        import subprocess
-
-        res = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=30)
-        return "" if res.returncode == 0 else (res.stdout + res.stderr).strip()
-
-    def _start(self, fn: Callable[[], object], spawned: Callable[[ProcessGroup], None], tag: str) -> None:
-        """Run `fn`, which starts a child; `spawned` gets each process group it starts right after its Popen
-        (proc.group.on_spawn), before `fn` goes on to wait for it, and each carries `tag` in its environment
-        (what the caller recorded before, for a kill between the spawn and that record). Persistent children
-        are started from a helper thread: the supervisor asks the kernel to kill children of the *main*
-        thread when it ends, which the CLI must not do."""
-        if not self.persistent:
-            with proc_group.on_spawn(spawned, tag):
-                fn()  # the children die with this interpreter: nothing outlives it unrecorded
-            return
-        box: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                with proc_group.on_spawn(spawned, tag):
-                    fn()
-            except BaseException as exc:  # re-raised in the caller's thread
-                box.append(exc)
-
-        t = threading.Thread(target=run)
-        t.start()
-        while t.is_alive():
-            t.join(0.5)
-        if box:
-            raise box[0]
-
-    def _detach(self, group: Any) -> None:
-        if self.persistent:
-            group.detach()  # no atexit stop: the state file owns this group now
 
     # -- units -----------------------------------------------------------------------------------
     def admin_key(self, create: bool = False) -> str | None:
@@ -252,12 +167,12 @@ class LocalDriver:
             on_started(Endpoints(slot=slot, **state.identity_fields(group.pgid), log=str(log),
                                  unit_dir=str(unit_dir)))
 
-        self._start(stack.start, spawned, spawn_tag(unit_dir))  # start() stops what it started when a step fails
+        # start() stops what it started when a step fails
+        processes.start(stack.start, spawned, processes.spawn_tag(unit_dir), self.persistent)
         self._servers[slot] = stack
         server = stack.server
-        if self.persistent:
-            stack.detach()  # the state file owns the process group and the unit's folder now
-        self.admin.send(haproxy.enable_slot(slot, server.http_port, server.grpc_port))
+        processes.detach(stack, self.persistent)  # the state file owns the process group and the unit's folder now
+        self.haproxy.admin.send(haproxy.enable_slot(slot, server.http_port, server.grpc_port))
         return Endpoints(slot=slot, **state.identity_fields(server.pgid), http_url=server.http_url,
                          grpc_url=server.grpc_url, metrics_url=server.metrics_url, log=str(log),
                          repository=str(repo), serving_repository=str(stack.repository),
@@ -275,20 +190,21 @@ class LocalDriver:
 
     def shift(self, weights: Mapping[str, tuple[Endpoints, int]]) -> None:
         """unit -> (endpoints, percent), applied in one admin-socket write."""
-        self.admin.send(haproxy.weight_commands({ep.slot: w for ep, w in weights.values() if ep.slot is not None}))
+        slots = {ep.slot: w for ep, w in weights.values() if ep.slot is not None}
+        self.haproxy.admin.send(haproxy.weight_commands(slots))
 
     def scale(self, replicas: Mapping[str, int]) -> str:
         return "local units are one tritonserver each; replica counts apply to the kubernetes target"
 
     def drain(self, ep: Endpoints) -> None:
         """No new requests for the unit's slot, then wait (bounded) for its open requests to finish."""
-        if ep.slot is None or not self.proxy_alive():
+        if ep.slot is None or not self.haproxy.alive():
             return
         slot = ep.slot
-        self.admin.send(haproxy.drain_slot(slot))
+        self.haproxy.admin.send(haproxy.drain_slot(slot))
         deadline = time.monotonic() + self.drain_timeout
         while time.monotonic() < deadline:
-            busy = [s for s in self.admin.stats()
+            busy = [s for s in self.haproxy.admin.stats()
                     if s.get("svname") in (f"s{slot}", f"b{slot}") and s.get("scur", "0") not in ("", "0")]
             if not busy:
                 return
@@ -298,9 +214,9 @@ class LocalDriver:
         """Take the unit's slot out of HAProxy and stop its server; returns what was found (a recorded process
         group that is no longer the one started is left alone, and the note says so)."""
         slot = ep.slot
-        if slot is not None and self.proxy_alive():
-            self.admin.send(haproxy.disable_slot(slot))
-            self._unmap_slot(slot)
+        if slot is not None and self.haproxy.alive():
+            self.haproxy.admin.send(haproxy.disable_slot(slot))
+            self.haproxy.unroute_slot(slot)
         stack = self._servers.pop(slot, None) if slot is not None else None
         if stack is not None:
             stack.stop()
@@ -310,9 +226,9 @@ class LocalDriver:
         what = f"unit {Path(ep.log).stem if ep.log else slot}"
         folder = self._unit_dir(ep)
         if ep.pgid:
-            note = self._note(_stop_recorded(ep.facts(), what))
+            note = self._note(processes.stop_recorded(ep.facts(), what))
         if folder is not None:  # a start killed between its spawn and its record (also a retried one): its tag
-            found = _stop_unrecorded(spawn_tag(folder), what)
+            found = processes.stop_unrecorded(processes.spawn_tag(folder), what)
             note = "; ".join(n for n in (note, self._note(found) if found else "") if n)
         self._remove_unit_dir(ep)
         return note
@@ -331,23 +247,17 @@ class LocalDriver:
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
 
-    def _stop_unrecorded_proxy(self) -> None:
-        """A proxy recorded only by its configuration (the command was killed before its group's record)."""
-        cfg = self.workdir / "haproxy.cfg"
-        if not self.proxy.get("pgid") and self.proxy.get("config") == str(cfg):
-            self._note(_stop_unrecorded(spawn_tag(cfg), "HAProxy"))
-
     def _note(self, text: str) -> str:
         self.notes.append(text)
         return text
 
     def route(self, ep: Endpoints, version: str) -> None:
         """Send requests that name `version` to the unit's slot."""
-        self._set_map(version, f"slot{ep.slot}")
+        self.haproxy.set_route(version, f"slot{ep.slot}")
 
     def alias(self, ep: Endpoints) -> None:
         """Send requests that name the version 'current' to the unit's slot."""
-        self._set_map("current", f"slot{ep.slot}")
+        self.haproxy.set_route("current", f"slot{ep.slot}")
 
     def adapters(self, model: str, version: int, ep: Endpoints, listing: Mapping[str, str]) -> dict[str, str]:
         """Rename the next list onto the unit's served multi_lora.json (its backend follows the file). Only the
@@ -400,29 +310,6 @@ class LocalDriver:
     def adapter_check(self, model: str, ep: Endpoints, smoke: dict[str, Any] | None, name: str) -> str:
         return check_adapter(_url(ep), model, smoke, name)
 
-    def unroute(self, key: str) -> None:
-        if self.proxy_alive():
-            self.admin.send(f"del map {self.proxy['map']} {key}")
-
-    def _set_map(self, key: str, value: str) -> None:
-        entries = self._map_entries()
-        verb = "set" if key in entries else "add"
-        self.admin.send(f"{verb} map {self.proxy['map']} {key} {value}")
-
-    def _map_entries(self) -> dict[str, str]:
-        text = self.admin.send(f"show map {self.proxy['map']}")
-        out = {}
-        for line in text.splitlines():
-            parts = line.split()
-            if len(parts) == 3:
-                out[parts[1]] = parts[2]
-        return out
-
-    def _unmap_slot(self, slot: int) -> None:
-        for key, value in self._map_entries().items():
-            if value == f"slot{slot}":
-                self.admin.send(f"del map {self.proxy['map']} {key}")
-
     def metrics_text(self, ep: Endpoints) -> str | None:
         if not ep.metrics_url:
             return None
@@ -446,15 +333,7 @@ class LocalDriver:
             stack.stop()
             if stack.options.state_dir is not None:
                 shutil.rmtree(stack.options.state_dir, ignore_errors=True)
-        if self._haproxy is not None:
-            self._haproxy.stop(grace=3.0)
-            self._haproxy = None
-        elif self.proxy.get("pgid"):
-            self._note(_stop_recorded(self.proxy, "HAProxy"))
-        else:
-            self._stop_unrecorded_proxy()
-        for key in ("pgid", "pg_start", "pg_exe", "pg_identity"):
-            self.proxy.pop(key, None)
+        self._note(self.haproxy.stop())
 
 
 def serving_copy(repository: Path, dest: Path) -> Path:
@@ -503,31 +382,5 @@ def _group_alive(ep: Endpoints) -> bool:
     return state.recorded_group(ep.facts(), "")[0] is not None
 
 
-def spawn_tag(path: Path | str) -> str:
-    """The tag (proc.group.SPAWN_TAG) of the processes started for a unit folder or the proxy's configuration:
-    the resolved path, recorded in the state before the spawn."""
-    return str(Path(path).resolve())
-
-
-def _stop_unrecorded(tag: str, what: str, grace: float = 10.0) -> str:
-    """Stop what a killed command spawned with `tag` but never recorded (proc.group.stop_tagged)."""
-    found = proc_group.stop_tagged(tag, grace)
-    if not found:
-        return ""  # nothing was spawned, or it is gone
-    return f"{what}: spawned but not recorded (the command was killed); found by its folder: {'; '.join(found)}"
-
-
-def _stop_recorded(facts: Mapping[str, Any], what: str, grace: float = 10.0) -> str:
-    """Stop a process group an earlier command started, only once `state.recorded_group` found its leader
-    still the recorded process (proc.group.stop_adopted); returns what it found and did."""
-    pgid, note = state.recorded_group(facts, what)
-    if pgid is None:
-        return note
-    outcome = proc_group.stop_adopted(pgid, (int(facts["pg_start"]), str(facts["pg_exe"])), grace)
-    if outcome == "not permitted":
-        return note + ": not permitted to signal it (another user's processes): not stopped"
-    return f"{note}: {outcome}"
-
-
-def _implements(driver: LocalDriver) -> Driver:
-    return driver  # mypy proves the driver implements the protocol
+def _implements(driver: LocalDriver) -> tuple[Driver, AdapterRollouts]:
+    return driver, driver  # mypy proves the driver implements the core protocol and adapter rollouts
