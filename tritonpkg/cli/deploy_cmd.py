@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from tritonpkg.cli._common import EXIT_PROBLEMS, console, err_console, library_errors, print_json
+from tritonpkg.deploy.defaults import ADAPTER_GRACE_S, DWELL_S, GC_GRACE_S
 
 if TYPE_CHECKING:
     from tritonpkg.deploy.executor import Outcome
@@ -68,9 +69,10 @@ def deploy(
                                             help="Gate: requests of the new version each step must see (wins over "
                                                  "the spec's deployment.min_requests; default 1; 0: liveness "
                                                  "only)."),
-    dwell: float = typer.Option(5.0, "--dwell", help="Seconds of traffic at each step before its gate."),
-    gc_grace: float = typer.Option(3600.0, "--gc-grace", help="versioned: retire superseded versions idle this long."),
-    adapter_grace: float = typer.Option(30.0, "--adapter-grace", min=0,
+    dwell: float = typer.Option(DWELL_S, "--dwell", help="Seconds of traffic at each step before its gate."),
+    gc_grace: float = typer.Option(GC_GRACE_S, "--gc-grace",
+                                   help="versioned: retire superseded versions idle this long."),
+    adapter_grace: float = typer.Option(ADAPTER_GRACE_S, "--adapter-grace", min=0,
                                         help="adapters: seconds the old adapters stay served after their names "
                                              "moved, so requests on them finish."),
     dry_run: bool = typer.Option(False, "--dry-run",

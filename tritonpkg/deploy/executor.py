@@ -16,6 +16,7 @@ from tritonpkg.deploy import adapters as adapters_mod
 from tritonpkg.deploy import gate as gate_mod
 from tritonpkg.deploy import strategy
 from tritonpkg.deploy.checks import DeployError
+from tritonpkg.deploy.defaults import ADAPTER_GRACE_S
 from tritonpkg.deploy.driver import AdapterRollouts, Driver, Endpoints
 from tritonpkg.deploy.plan import (
     LiveState,
@@ -30,8 +31,6 @@ from tritonpkg.deploy.plan import (
 from tritonpkg.deploy.release import Release, build
 from tritonpkg.deploy.state import StateStore
 from tritonpkg.errors import TritonpkgError
-
-ADAPTER_GRACE_S = 30.0  # old adapters stay served this long after their names moved (requests on them finish)
 
 
 @dataclass(frozen=True)

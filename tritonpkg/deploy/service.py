@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
+from tritonpkg.deploy.defaults import ADAPTER_GRACE_S, DWELL_S, GC_GRACE_S
 from tritonpkg.deploy.driver import Driver, Endpoints
-from tritonpkg.deploy.executor import ADAPTER_GRACE_S, Executor, Outcome, plan_release
+from tritonpkg.deploy.executor import Executor, Outcome, plan_release
 from tritonpkg.deploy.gate import Limits
 from tritonpkg.deploy.plan import Plan, Step, Unit
 from tritonpkg.deploy.release import Release, build
@@ -67,7 +68,7 @@ def target_of(store: StateStore, model: str) -> str:
 
 # -- deploy and rollback ---------------------------------------------------------------------------------
 def deploy(store: StateStore, driver: Driver, release: Release, *, limits: Limits | None = None,
-           dwell_s: float = 5.0, gc_grace: float = 3600.0, adapter_grace_s: float = ADAPTER_GRACE_S,
+           dwell_s: float = DWELL_S, gc_grace: float = GC_GRACE_S, adapter_grace_s: float = ADAPTER_GRACE_S,
            on_step: Callable[[str, Step], None] | None = None) -> Outcome:
     """Recover, plan, run (executor.Executor.deploy); a versioned rollout then retires superseded versions idle
     for `gc_grace` s, each listed as a step of the outcome."""

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tritonpkg import compat
 from tritonpkg.deploy.driver import Driver, Endpoints, Entry, OnStarted
 from tritonpkg.deploy.plan import Unit
 from tritonpkg.errors import TritonpkgError
@@ -77,7 +78,7 @@ def admin_secret_manifest(model: str, namespace: str = "default", key: str | Non
 
 
 def unit_manifests(model: str, unit: Unit, *, repository: Path, namespace: str = "default",
-                   release: str = "24.10", weights: str | None = None, gpus: int = 0,
+                   release: str | None = None, weights: str | None = None, gpus: int = 0,
                    toolkit_image: str = "tritonpkg:latest", replicas: int | None = None) -> list[dict[str, Any]]:
     name = _name(unit.name)
     labels = {"app.kubernetes.io/name": _name(model), "app.kubernetes.io/managed-by": "tritonpkg",
@@ -95,7 +96,7 @@ def unit_manifests(model: str, unit: Unit, *, repository: Path, namespace: str =
               {"name": "weights", "mountPath": "/weights"}]
     pod: dict[str, Any] = {
         "containers": [{
-            "name": "triton", "image": triton_image(release),
+            "name": "triton", "image": triton_image(release or compat.default_release()),
             "args": ["tritonserver", "--model-repository=/models", f"--http-port={HTTP}", f"--grpc-port={GRPC}",
                      f"--metrics-port={METRICS}", "--metrics-config=summary_latencies=true",
                      *admin.restricted_args(f"$({ADMIN_ENV})")],  # admin APIs only with the Secret's key
