@@ -23,9 +23,11 @@ the traffic to the twins, so the units that were serving keep serving instead of
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import socket
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +41,8 @@ from tritonpkg.errors import TritonpkgError
 from tritonpkg.proc.group import ProcessGroup
 
 PLACEHOLDER = "127.0.0.1:9"  # never contacted: slots start disabled
+SOCKET = "haproxy.sock"
+MAX_SOCKET_PATH = 97  # HAProxy's limit on a Unix socket's path (sun_path, less the suffix of its temporary name)
 
 
 class CheckPolicy(BaseModel):
@@ -261,6 +265,25 @@ def _harmless(line: str) -> bool:
                                   "health check port updated"))
 
 
+def _socket_dir_name(workdir: Path) -> str:
+    digest = hashlib.sha256(str(Path(workdir).resolve()).encode()).hexdigest()[:16]
+    return f"tritonpkg-{os.getuid()}-{digest}"
+
+
+def socket_dir(workdir: Path) -> Path:
+    """Where the proxy of `workdir` keeps its admin socket: a folder named by the workdir's hash under
+    $XDG_RUNTIME_DIR, else the temp folder (whichever keeps the path within MAX_SOCKET_PATH), so a state folder
+    nested deep still starts HAProxy. Proxy.ensure creates it 0700 (refused when it is not this user's)."""
+    name = _socket_dir_name(workdir)
+    # the folder is made 0700 and checked to be this user's wherever it lies
+    for base in (os.environ.get("XDG_RUNTIME_DIR"), tempfile.gettempdir(), "/tmp"):  # noqa: S108
+        if base and os.path.isabs(base) and os.path.isdir(base) \
+                and len(os.path.join(base, name, SOCKET)) <= MAX_SOCKET_PATH:
+            return Path(base) / name
+    raise ProxyError(f"no folder for HAProxy's admin socket within {MAX_SOCKET_PATH} bytes", field="XDG_RUNTIME_DIR",
+                     expected="$XDG_RUNTIME_DIR or $TMPDIR a short absolute folder")
+
+
 class Proxy:
     """One deployment's HAProxy: started once (or found answering from the facts the state file recorded), its
     routes map changed through the admin socket, stopped at teardown. `facts` is what the state keeps of it
@@ -305,12 +328,13 @@ class Proxy:
         auto = iter(free_ports(2))
         http_port = self.http_port or next(auto)
         grpc_port = self.grpc_port or next(auto)
-        sock, routes, cfg = self.workdir / "haproxy.sock", self.workdir / "routes.map", self.config
+        sock, routes, cfg = socket_dir(self.workdir) / SOCKET, self.workdir / "routes.map", self.config
         state.write_private(routes, "")
-        sock.unlink(missing_ok=True)  # removes a link itself, never its target
         state.write_private(cfg, render_config(http_port=http_port, grpc_port=grpc_port, socket_path=sock,
                                                map_path=routes, slots=self.slots))
         state.check_file(self.workdir / "haproxy.log")  # appended to: a link would be followed
+        state.secure_dir(sock.parent)  # once the state's files passed: a refusal leaves nothing outside the state
+        sock.unlink(missing_ok=True)  # removes a link itself, never its target
         check = processes.run_quiet([binary, "-c", "-q", "-f", str(cfg)])
         if check:
             raise ProxyError(f"HAProxy rejected its configuration: {check}", file=cfg)
@@ -359,6 +383,9 @@ class Proxy:
             note = self.stop_unrecorded()
         for key in ("pgid", "pg_start", "pg_exe", "pg_identity"):
             self.facts.pop(key, None)
+        sock = Path(self.facts.get("socket") or "")
+        if sock.parent.name == _socket_dir_name(self.workdir) and not self.alive():  # never a folder still in use
+            shutil.rmtree(sock.parent, ignore_errors=True)
         return note
 
     # -- the routes map: request key (a version, or 'current') -> slot ---------------------------------------
