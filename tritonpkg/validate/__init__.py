@@ -57,7 +57,7 @@ _UNCHECKED = {
 
 
 def _unknown_facts(target: str) -> list[Problem]:
-    """A release row with facts NVIDIA has not published: say which, and which checks that leaves out."""
+    """A release row with facts that could not be had (matrix.json null): say which, and the checks they leave out."""
     if target == compat.LOCAL:
         return []
     unknown = compat.get_release(target).unknown
@@ -65,7 +65,8 @@ def _unknown_facts(target: str) -> list[Problem]:
         return []
     skipped = [_UNCHECKED[f] for f in unknown if f in _UNCHECKED]
     return [Problem(rule="target.unknown", severity="warning", file=".", field="target_release",
-                    message=f"release {target} does not publish its {', '.join(unknown)}"
+                    message=f"release {target}: {', '.join(unknown)} not known (not published, or not read, "
+                            "where they could be)"
                             + (f"; not checked: {'; '.join(skipped)}" if skipped else ""),
                     expected=f"a release whose facts are known (tritonpkg compat), or {target}'s row completed "
                              "in tritonpkg/compat/matrix.json from NVIDIA's published table")]
