@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from tritonpkg import adapter_names, compat
+from tritonpkg import adapter_names, boundedio, compat
 from tritonpkg.errors import SpecError
 from tritonpkg.safepath import MAX_NAME_BYTES, MAX_SEGMENT_BYTES, quote, within
 
@@ -361,10 +361,11 @@ def _check_local_adapters(spec: Spec, node: yaml.Node | None, path: Path) -> Non
 
 def read_bounded(path: Path, limit: int = MAX_SPEC_BYTES) -> str:
     """The UTF-8 text of `path`, refused (SpecError) beyond `limit` bytes without reading further."""
-    with open(path, "rb") as f:
-        raw = f.read(limit + 1)
-    if len(raw) > limit:
-        raise SpecError(f"the file is larger than {limit} bytes", file=path, expected=f"at most {limit} bytes")
+    try:
+        raw = boundedio.read_file(path, limit)
+    except boundedio.FileTooLargeError:
+        raise SpecError(f"the file is larger than {limit} bytes", file=path,
+                        expected=f"at most {limit} bytes") from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:

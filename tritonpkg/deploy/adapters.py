@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from tritonpkg import vllm_io
+from tritonpkg import boundedio, vllm_io
 from tritonpkg.errors import TritonpkgError
 
 MULTI_LORA = vllm_io.load().adapter_list.file
@@ -149,9 +149,7 @@ def served_list(serving_version: Path) -> dict[str, str]:
     """The unit's served multi_lora.json, its folders made absolute (relative ones are the version's)."""
     path = serving_version / MULTI_LORA
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read((1 << 20) + 1)
-        listing = json.loads(raw) if len(raw) <= 1 << 20 else None
+        listing = json.loads(boundedio.read_file(path, 1 << 20))
     except (OSError, ValueError) as exc:
         raise TritonpkgError(f"cannot read the served adapter list: {exc}", file=path) from None
     if not isinstance(listing, dict) or not all(isinstance(v, str) for v in listing.values()):

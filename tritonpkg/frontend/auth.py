@@ -14,6 +14,7 @@ import re
 import stat
 from pathlib import Path
 
+from tritonpkg import boundedio
 from tritonpkg.errors import TritonpkgError
 
 ENV = "TRITONPKG_API_KEY"
@@ -49,10 +50,11 @@ def read_key_file(path: Path) -> str:
             mode = stat.S_IMODE(info.st_mode)
             raise ApiKeyError(f"the API key file is readable or writable by others (mode {mode:o})", file=path,
                               field="--api-key-file", expected="mode 600 or 400 (chmod 600 FILE)")
-        data = fh.read(MAX_KEY_FILE_BYTES + 1)
-    if len(data) > MAX_KEY_FILE_BYTES:
-        raise ApiKeyError("the API key file is too large", file=path, field="--api-key-file",
-                          expected=f"one key line, at most {MAX_KEY_FILE_BYTES} bytes")
+        try:
+            data = boundedio.read_at_most(fh, MAX_KEY_FILE_BYTES, path)
+        except boundedio.FileTooLargeError:
+            raise ApiKeyError("the API key file is too large", file=path, field="--api-key-file",
+                              expected=f"one key line, at most {MAX_KEY_FILE_BYTES} bytes") from None
     try:
         text = data.decode("ascii").strip()
     except UnicodeDecodeError:

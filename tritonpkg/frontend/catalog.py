@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from tritonpkg import adapter_names
+from tritonpkg import adapter_names, boundedio
 from tritonpkg.frontend.errors import APIError, unknown_model
 from tritonpkg.frontend.triton import RETURN_FLAGS, TritonBackend
 from tritonpkg.gateway.frontend_bridge import is_template_embedding
@@ -130,11 +130,8 @@ def read_parser_names(repository: Path | None, name: str, version: str) -> dict[
     if repository is None:
         return {}
     try:
-        with open(repository / LOCK_NAME, "rb") as fh:
-            raw = fh.read(MAX_LOCK_BYTES + 1)
-        if len(raw) > MAX_LOCK_BYTES:
-            return {}
-        names = json.loads(raw)["models"][name]["versions"][version]["serving"].get("openai_parsers") or {}
+        lock = json.loads(boundedio.read_file(repository / LOCK_NAME, MAX_LOCK_BYTES))
+        names = lock["models"][name]["versions"][version]["serving"].get("openai_parsers") or {}
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return {}
     if not isinstance(names, dict):
@@ -159,9 +156,7 @@ def read_adapter_names(entry: ModelEntry) -> list[str]:
     if entry.source is None or str((entry.engine_args or {}).get("enable_lora", "")).lower() != "true":
         return []
     try:
-        with open(entry.source / MULTI_LORA, "rb") as fh:
-            raw = fh.read(MAX_LOCK_BYTES + 1)
-        names = json.loads(raw) if len(raw) <= MAX_LOCK_BYTES else {}
+        names = json.loads(boundedio.read_file(entry.source / MULTI_LORA, MAX_LOCK_BYTES))
     except (OSError, ValueError, RecursionError):
         return []
     return [n for n in names if adapter_names.name_problem(n) is None] if isinstance(names, dict) else []

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tritonpkg import compat, safepath
+from tritonpkg import boundedio, compat, safepath
 from tritonpkg.compat.engine_args import load_snapshot
 from tritonpkg.errors import PackageError
 from tritonpkg.spec import Adapter, Spec
@@ -130,7 +130,12 @@ def _read_folder(spec: Spec, index: int, adapter: Adapter, folder: Path) -> dict
                 if size > MAX_ADAPTER_FILE_BYTES:
                     raise PackageError(f"adapter {adapter.name!r}: {rel} is {size} bytes", file=spec.source,
                                        field=what, expected=f"files of at most {MAX_ADAPTER_FILE_BYTES} bytes")
-                out[name] = fh.read(MAX_ADAPTER_FILE_BYTES + 1)
+                try:
+                    out[name] = boundedio.read_at_most(fh, MAX_ADAPTER_FILE_BYTES, path)
+                except boundedio.FileTooLargeError:
+                    raise PackageError(f"adapter {adapter.name!r}: {rel} grew past {MAX_ADAPTER_FILE_BYTES} bytes "
+                                       "while read", file=spec.source, field=what,
+                                       expected=f"files of at most {MAX_ADAPTER_FILE_BYTES} bytes") from None
     if not out:
         raise PackageError(f"adapter {adapter.name!r}: {folder} is empty", file=spec.source, field=what,
                            expected=expected)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from tritonpkg import compat, safepath, vllm_io
+from tritonpkg import boundedio, compat, safepath, vllm_io
 from tritonpkg.errors import PackageError, SpecError
 from tritonpkg.repository import config as cfg
 from tritonpkg.repository import templates
@@ -287,10 +287,12 @@ def read_spec_file(spec: Spec, rel: object, field_name: str) -> tuple[bytes, int
         if st.st_size > MAX_SPEC_FILE_BYTES:
             raise SpecError(f"{safepath.quote(rel)} is {st.st_size} bytes", file=spec.source, field=field_name,
                             expected=f"at most {MAX_SPEC_FILE_BYTES} bytes (weights belong in `weights`)")
-        data = fh.read(MAX_SPEC_FILE_BYTES + 1)
-    if len(data) > MAX_SPEC_FILE_BYTES:
-        raise SpecError(f"{safepath.quote(rel)} grew past {MAX_SPEC_FILE_BYTES} bytes while read",
-                        file=spec.source, field=field_name, expected=f"at most {MAX_SPEC_FILE_BYTES} bytes")
+        try:
+            data = boundedio.read_at_most(fh, MAX_SPEC_FILE_BYTES, path)
+        except boundedio.FileTooLargeError:
+            raise SpecError(f"{safepath.quote(rel)} grew past {MAX_SPEC_FILE_BYTES} bytes while read",
+                            file=spec.source, field=field_name,
+                            expected=f"at most {MAX_SPEC_FILE_BYTES} bytes") from None
     return data, stat.S_IMODE(st.st_mode) & 0o755  # never wider; group/other write (a umask's) dropped
 
 

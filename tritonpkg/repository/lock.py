@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
-from tritonpkg import __version__, safepath
+from tritonpkg import __version__, boundedio, safepath
 from tritonpkg.errors import PackageError
 
 LOCK_NAME = "tritonpkg.lock.json"
@@ -26,10 +26,11 @@ def read(repo: Path) -> dict[str, Any]:
     path = repo / LOCK_NAME
     if not path.is_file():
         return {"lock_version": LOCK_VERSION, "models": {}}
-    with open(path, "rb") as fh:  # read back from a repository someone else may have written: bounded
-        data = fh.read(MAX_LOCK_BYTES + 1)
-    if len(data) > MAX_LOCK_BYTES:
-        raise PackageError(f"lock file is larger than {MAX_LOCK_BYTES} bytes", file=path, expected="a tritonpkg lock")
+    try:  # read back from a repository someone else may have written: bounded
+        data = boundedio.read_file(path, MAX_LOCK_BYTES)
+    except boundedio.FileTooLargeError:
+        raise PackageError(f"lock file is larger than {MAX_LOCK_BYTES} bytes", file=path,
+                           expected="a tritonpkg lock") from None
     try:
         lock = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from tritonpkg import adapter_names, safepath
+from tritonpkg import adapter_names, boundedio, safepath
 from tritonpkg.errors import RuntimeSetupError
 
 MODEL_JSON = "model.json"
@@ -113,6 +113,7 @@ def ensure_weights(repo: Path, actions: list[WeightsAction], weights_root: Path,
 
 MULTI_LORA = "multi_lora.json"
 MAX_MULTI_LORA_BYTES = 1 << 20
+MAX_MODEL_JSON_BYTES = 16 << 20  # validate's bound for an engine-args file
 
 
 @dataclass(frozen=True)
@@ -130,11 +131,7 @@ def read_multi_lora(repo: Path) -> dict[str, dict[str, Any]]:
         if not path.parent.name.isdigit():
             continue
         try:
-            with open(path, "rb") as fh:
-                raw = fh.read(MAX_MULTI_LORA_BYTES + 1)
-            if len(raw) > MAX_MULTI_LORA_BYTES:
-                raise ValueError(f"larger than {MAX_MULTI_LORA_BYTES} bytes")
-            data = json.loads(raw)
+            data = json.loads(boundedio.read_file(path, MAX_MULTI_LORA_BYTES))
         except (OSError, ValueError, RecursionError) as exc:
             raise RuntimeSetupError(f"cannot read the adapter list: {exc}", file=path,
                                     expected="a JSON object of adapter name -> folder") from exc
@@ -215,9 +212,8 @@ def _check_rank(repo: Path, action: AdapterAction, folder: Path) -> None:
     from tritonpkg.repository.adapters import ADAPTER_CONFIG, MAX_CONFIG_BYTES, VLLM_DEFAULT_MAX_LORA_RANK, config_rank
 
     try:
-        with open(folder / ADAPTER_CONFIG, "rb") as fh:
-            rank = config_rank(fh.read(MAX_CONFIG_BYTES + 1))
-        args = json.loads((repo / Path(action.multi_lora).parent / MODEL_JSON).read_text())
+        rank = config_rank(boundedio.read_file(folder / ADAPTER_CONFIG, MAX_CONFIG_BYTES))
+        args = json.loads(boundedio.read_file(repo / Path(action.multi_lora).parent / MODEL_JSON, MAX_MODEL_JSON_BYTES))
     except (OSError, ValueError):
         return  # no config, or no model.json to compare with: validate and the engine report it
     limit = args.get("max_lora_rank", VLLM_DEFAULT_MAX_LORA_RANK) if isinstance(args, dict) else None

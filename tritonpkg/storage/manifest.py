@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tritonpkg import boundedio
 from tritonpkg.safepath import UnsafePathError, check_name
 from tritonpkg.storage.layout import MANIFEST, READY
 from tritonpkg.storage.objects import RemoteFile
@@ -47,8 +48,7 @@ def read_ready(directory: Path) -> dict[str, Any] | None:
     if not (directory / READY).is_file():
         return None
     try:
-        with open(directory / MANIFEST, "rb") as fh:
-            data = json.loads(fh.read(MAX_BYTES + 1)) if os.fstat(fh.fileno()).st_size <= MAX_BYTES else None
+        data = json.loads(boundedio.read_file(directory / MANIFEST, MAX_BYTES))
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or not isinstance(data.get("files", {}), dict):

@@ -18,6 +18,7 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
+from tritonpkg import boundedio
 from tritonpkg.validate.locate import Location, field_locations, lookup
 from tritonpkg.validate.report import Problem, Severity
 
@@ -37,10 +38,7 @@ def read_bounded(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
         if info.st_size > limit:
             raise OSError(errno.EFBIG, f"larger than {limit} bytes", str(path))
         with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read(limit + 1)
-        if len(data) > limit:
-            raise OSError(errno.EFBIG, f"larger than {limit} bytes", str(path))
-        return data
+            return boundedio.read_at_most(f, limit, path)
     finally:
         os.close(fd)
 
