@@ -39,6 +39,7 @@ def run(spec_path: str | Path, repository: str | Path, on_step: Callable[[str], 
     from tritonpkg.serve import ServingStack, StartupOptions
     from tritonpkg.spec import load_spec
     from tritonpkg.validate import validate_repository
+    from tritonpkg.validate.sampling import smoke_request_problem
 
     seconds: dict[str, float] = {}
     t0 = time.monotonic()
@@ -60,6 +61,11 @@ def run(spec_path: str | Path, repository: str | Path, on_step: Callable[[str], 
     on_step("validate")
     report = validate_repository(result.repository, target_release="local")  # what is about to run
     errors = [p for p in report.problems if p.severity == "error"]
+    refused = smoke_request_problem(request, "local")
+    if refused:
+        raise DemoError(f"the smoke request's sampling_parameters would be refused: {refused}", file=spec.source,
+                        field="deployment.smoke_request.sampling_parameters",
+                        expected="SamplingParams fields of the local runtime's vLLM")
     if errors:
         raise DemoError("validate found problems:\n" + "\n".join(f"  {p.file}: {p.field or ''} {p.message}"
                                                                  for p in errors), file=result.repository)
