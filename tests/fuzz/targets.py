@@ -369,9 +369,19 @@ WHEEL_CASES = st.fixed_dictionaries({
     "filename": st.sampled_from(["p-1.0-py3-none-any.whl", "p-1.0-py3-none-any.zip", "x.whl"]),
     "dist": _DIST, "metadata": st.one_of(_METADATA, st.text(max_size=20)), "entry_points": st.one_of(st.none(),
                                                                                                      _ENTRY_POINTS),
-    "record": st.one_of(st.none(), st.sampled_from(["", "p/__init__.py,,\n", "p/__init__.py,sha256=x,1\n", "\"\n",
-                                                    "../x,,\n"])),
+    "record": st.one_of(st.just("auto"), st.none(), st.sampled_from(["", "p/__init__.py,,\n",
+                                                                     "p/__init__.py,sha256=x,1\n", "\"\n",
+                                                                     "../x,,\n"])),
     "files": st.dictionaries(_WHEEL_NAMES, st.text(max_size=10), max_size=4), "zip": st.booleans()})
+
+
+def _record_line(name: str, text: str) -> str:
+    import base64
+    import hashlib
+
+    data = text.encode("utf-8", "surrogatepass")
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}\n"
 
 
 def wheel_bytes(case: dict[str, Any]) -> bytes:
@@ -383,7 +393,9 @@ def wheel_bytes(case: dict[str, Any]) -> bytes:
         entries = {f"{dist}/METADATA": case["metadata"], **case["files"]}
         if case["entry_points"] is not None:
             entries[f"{dist}/entry_points.txt"] = case["entry_points"]
-        if case["record"] is not None:
+        if case["record"] == "auto":  # what pip writes: every member with its sha256 and size, RECORD itself bare
+            entries[f"{dist}/RECORD"] = "".join(_record_line(n, t) for n, t in entries.items()) + f"{dist}/RECORD,,\n"
+        elif case["record"] is not None:
             entries[f"{dist}/RECORD"] = case["record"]
         for name, text in entries.items():
             with contextlib.suppress(ValueError, UnicodeEncodeError, IndexError):  # zipfile refuses an empty name
@@ -538,7 +550,8 @@ BACKEND_CASES = st.fixed_dictionaries({
 
 
 def _backend_modules() -> Any:
-    sys.path.insert(0, str(ROOT / "backends" / "vllm"))
+    if str(ROOT / "backends" / "vllm") not in sys.path:
+        sys.path.insert(0, str(ROOT / "backends" / "vllm"))
     import lora
     import request_params
 
