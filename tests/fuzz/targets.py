@@ -519,8 +519,10 @@ def _run_hf(case: dict[str, Any], root: Path) -> Any:
             continue
         with contextlib.suppress(OSError, ValueError):
             path.parent.mkdir(parents=True, exist_ok=True)
-            if entry["kind"] == "file":
-                path.write_text(entry["data"], "utf-8", "surrogatepass")
+            if entry["kind"] == "file":  # never through a link an earlier entry made (it may lead outside)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW)
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(entry["data"].encode("utf-8", "surrogatepass"))
             elif entry["kind"] == "dir":
                 path.mkdir()
             else:

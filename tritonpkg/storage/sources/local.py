@@ -55,6 +55,9 @@ class LocalSource:
                 except FileNotFoundError as exc:
                     raise StorageError("broken symlink in the source", file=full,
                                        expected="every file readable (an incomplete HF cache?)") from exc
+                except OSError as exc:  # a link loop (ELOOP), a name too long, no permission
+                    raise StorageError(f"cannot read {quote(rel)} in the source: {exc.strerror}", file=full,
+                                       expected="every file readable") from exc
                 files.append(RemoteFile(path=rel, key=str(full), size=st.st_size,
                                         etag=f"{st.st_mtime_ns}:{st.st_ino}", sha256=_lfs_oid(full)))
         if not files:
