@@ -18,6 +18,7 @@ from priority import lower_engine_priority
 from prom_labels import stat_logger
 from request_base import quietly
 from settle import settle_after_start
+from stopping import announced as stop_announced
 
 ENGINE_ARGS_FILE = "model.json"
 ENGINE_START_TIMEOUT_S = float(os.environ.get("TRITONPKG_VLLM_START_TIMEOUT", "900"))
@@ -236,7 +237,8 @@ class EngineHost:
         request from the stub then reaches a server tearing the stub's channel down. The lock makes
         finalize wait for a request already sent (Triton's unload only schedules, so it returns at once)."""
         with self._unload_lock:
-            if self.closing:
+            if self.closing or stop_announced():  # a server that shuts down unloads the model itself
+                self.reap_children()
                 return
             if not self.health_check:
                 self.logger.log_warn(f"[vllm] '{self.model_name}' stays loaded and answers every request with an "

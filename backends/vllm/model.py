@@ -80,6 +80,8 @@ from request_params import ParamError
 from responses import ResponseQueue
 from score_request import ScoreRequest
 from startup_guard import StartupGuard
+from stopping import REFUSED, StopWatch, drain
+from stopping import announced as stop_announced
 
 CANCEL_POLL_S = float(os.environ.get("TRITONPKG_VLLM_CANCEL_POLL", "1.0"))
 # "0": streams are polled for cancellation before each send instead of before each engine step's outputs.
@@ -189,6 +191,7 @@ class TritonPythonModel:
         cancel_watch = CancelWatch(CANCEL_POLL_S, lambda key: self.host.abort_cancelled(str(key)), self.logger.log_warn)
         self.ctx = Context(self.host, responses, cancel_watch, types, output_dtype, self.logger)
         self.ctx.adapters = Adapters()
+        self._stop_watch = StopWatch(lambda: len(self.ctx.inflight), self._fail_all, self.logger.log_warn)
         started = self.host.start(engine_args)
         if self.host.pooling and "embed" not in self.host.tasks:
             self.finalize()
@@ -230,6 +233,9 @@ class TritonPythonModel:
             if self.host.closing:
                 self.ctx.responses.error(sender, "the model is being unloaded", UNAVAILABLE)
                 continue
+            if stop_announced():
+                self.ctx.responses.error(sender, REFUSED, UNAVAILABLE)
+                continue
             try:
                 job = self._parse(request)
             except (RequestError, ParamError) as exc:
@@ -261,6 +267,11 @@ class TritonPythonModel:
         host, ctx = getattr(self, "host", None), getattr(self, "ctx", None)
         if host is None:
             return
+        if ctx is not None:  # a stop drains its in-flight requests first; whatever is cut is told so
+            drain(lambda: len(ctx.inflight), ctx.fail_all, host.dead is not None)
+            stop_watch = getattr(self, "_stop_watch", None)
+            if stop_watch is not None:
+                stop_watch.close()
         host.begin_shutdown(list(ctx.inflight) if ctx is not None else [])
         if ctx is not None:
             ctx.cancel_watch.close()

@@ -44,6 +44,11 @@ class Mode(str, enum.Enum):
     separate = "separate"
 
 
+class EngineDeath(str, enum.Enum):
+    restart = "restart"
+    exit = "exit"
+
+
 class ModelControl(str, enum.Enum):
     none = "none"
     poll = "poll"
@@ -51,6 +56,7 @@ class ModelControl(str, enum.Enum):
 
 
 DEFAULT_OPENAI_PORT = 9000
+DEFAULT_DRAIN_S = 20.0  # + the engines' own stop stays within Kubernetes' default 30 s grace
 
 
 def _backend_configs(values: list[str]) -> list[str]:
@@ -144,6 +150,16 @@ def serve(
         help="Any other tritonserver option, passed through as given (repeatable; write --triton-arg=--foo=bar). "
              "Options tritonpkg sets itself (ports, addresses, --model-repository, --backend-directory, the "
              "restricted APIs, ...) are refused."),
+    on_engine_death: EngineDeath = typer.Option(
+        EngineDeath.restart, "--on-engine-death",
+        help="When a model's vLLM engine dies (its readiness turns false within ~1 s either way): restart loads "
+             "the model again with a fresh engine (3 attempts, backoff 2 s then 4 s; exhausted: as exit); exit "
+             "stops the whole stack with status 1 and a one-line reason, for systemd/Docker/Kubernetes to restart."),
+    drain_timeout: float = typer.Option(
+        DEFAULT_DRAIN_S, "--drain-timeout", min=0, max=3600,
+        help="On SIGTERM/SIGINT: readiness false at once, new requests refused (503), in-flight requests and "
+             "streams get this many seconds to end; what is still running then gets a final error saying so "
+             "(default below Kubernetes' 30 s termination grace; 0: Triton's own exit timeout alone)."),
     as_json: bool = typer.Option(False, "--json", help="Print endpoints and models (or the docker command) as JSON."),
     metrics_token: str | None = typer.Option(
         None, "--metrics-token", envvar="TRITONPKG_METRICS_TOKEN", show_default=False, callback=_metrics_token,
@@ -179,7 +195,8 @@ def serve(
         openai_port=DEFAULT_OPENAI_PORT if openai_port is None else openai_port, openai=openai,
         execution_mode=mode.value if mode else None, state_dir=state_dir, triton=triton,
         weights_root=weights_root, startup_timeout=timeout, install_plugins=plugins,
-        metrics_token=metrics_token or None,
+        metrics_token=metrics_token or None, on_engine_death=on_engine_death.value,
+        drain_timeout=drain_timeout,
         **{k: v for k, v in (("max_members", max_members), ("max_bytes", max_bytes)) if v is not None})
     _serve_local(options, as_json)
 
@@ -240,6 +257,9 @@ def _serve_local(options, as_json: bool) -> None:
             serve_until_stopped(stop, stack.problem)
         finally:
             stack.stop()
+    if stack.stop_problem:  # the exit status tells the truth about the stop, in one line
+        print_error(stack.stop_problem)
+        raise typer.Exit(EXIT_PROBLEMS)
     if not as_json:
         console.print("stopped: Triton and every endpoint", highlight=False)
 

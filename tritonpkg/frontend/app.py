@@ -179,9 +179,11 @@ def create_app(settings: FrontendSettings) -> FastAPI:
             return JSONResponse({"status": "not ready", "reason": exc.message}, status_code=503)
         not_ready = {m["name"]: m.get("state") for m in models if m.get("state") and m.get("state") != "READY"}
         if not server or not_ready or not models:
-            reason = ("Triton is not ready" if not server
-                      else f"models not ready: {not_ready}" if not_ready else "no models")
-            return JSONResponse({"status": "not ready", "reason": reason}, status_code=503)
+            # the models are named whether or not Triton as a whole is ready (a dead engine makes it both)
+            parts = (["Triton is not ready"] if not server else []) + (
+                [f"models not ready: {not_ready}"] if not_ready else [] if models else ["no models"])
+            return JSONResponse({"status": "not ready", "reason": "; ".join(parts), "models": not_ready},
+                                status_code=503)
         return JSONResponse({"status": "ready", "models": sorted(m["name"] for m in models)})
 
     @app.get("/health/live")

@@ -113,11 +113,14 @@ class FrontendServer:
             time.sleep(0.05)
         return self
 
-    def stop(self) -> None:
+    def stop(self, drain: float | None = None) -> None:
+        """Stop listening; open requests and streams get `drain` seconds (default: the 5 s set at start) to end."""
         if self._server is not None:
+            if drain is not None:
+                self._server.config.timeout_graceful_shutdown = max(1, round(drain))
             self._server.should_exit = True
         if self._thread is not None:
-            self._thread.join(timeout=15)
+            self._thread.join(timeout=15 + (drain or 0))
         self._thread = None
         self._server = None
 

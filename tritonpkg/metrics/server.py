@@ -20,7 +20,7 @@ import hmac
 import threading
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import h11
@@ -69,11 +69,13 @@ class MergedMetricsServer:
 
     def __init__(self, triton_metrics_url: str | None, multiproc_dir: str | Path | None, host: str = "127.0.0.1",
                  port: int = 0, stale_after: float = 30.0, token: str | None = None,
-                 max_connections: int = MAX_CONNECTIONS, request_timeout: float = REQUEST_TIMEOUT) -> None:
+                 max_connections: int = MAX_CONNECTIONS, request_timeout: float = REQUEST_TIMEOUT,
+                 extra: Callable[[], str] | None = None) -> None:
         self.triton_metrics_url = triton_metrics_url
         self.multiproc_dir = Path(multiproc_dir) if multiproc_dir else None
         self.host, self.port = host, port
         self.stale_after = stale_after
+        self.extra = extra  # more tritonpkg families (serve's engine gauge), text exposition
         self._expected_auth = f"Bearer {token}".encode() if token else None
         self.max_connections = max_connections
         self.request_timeout = request_timeout
@@ -148,7 +150,8 @@ class MergedMetricsServer:
             except (OSError, ValueError):  # a value file half-written by a dying process
                 up["vllm"] = False
         served = {"triton": self.triton_metrics_url is not None, "vllm": self.multiproc_dir is not None}
-        return merge_expositions([("tritonpkg", _up_family(up, served)), *sources])
+        own = _up_family(up, served) + (self.extra() if self.extra is not None else "")
+        return merge_expositions([("tritonpkg", own), *sources])
 
     # -- serving -----------------------------------------------------------------------------------
     def start(self) -> MergedMetricsServer:

@@ -69,6 +69,7 @@ class ProcessGroup:
         self.env = dict(env)
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
+        self._terminated = False  # the leader got its SIGTERM
 
     @property
     def pid(self) -> int | None:
@@ -122,13 +123,23 @@ class ProcessGroup:
         if self.pgid is not None:
             signal_group(self.pgid, sig)
 
-    def stop(self, grace: float = 15.0, kill_wait: float = 5.0) -> int | None:
-        """SIGTERM the group, wait up to `grace` s for the leader, SIGKILL whatever is left of the group."""
+    def terminate_leader(self) -> None:
+        """SIGTERM the leader alone, once (a second SIGTERM must not cut the first one's graceful stop short)."""
+        if self.proc is not None and self.proc.poll() is None and not self._terminated:
+            self._terminated = True
+            self.proc.send_signal(signal.SIGTERM)
+
+    def stop(self, grace: float = 15.0, kill_wait: float = 5.0, leader_only: bool = False) -> int | None:
+        """SIGTERM the group (`leader_only`: the leader alone, which stops its children in its own order), wait
+        up to `grace` s for the leader, SIGKILL whatever is left of the group."""
         if self.proc is None:
             return None
         try:
-            if self.proc.poll() is None:
+            if leader_only:
+                self.terminate_leader()
+            elif self.proc.poll() is None:
                 self._signal(signal.SIGTERM)
+            if self.proc.poll() is None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.proc.wait(timeout=grace)
             if self.group_alive():  # the leader hung, or stubs outlived it

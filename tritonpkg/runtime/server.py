@@ -247,12 +247,19 @@ class TritonServer:
         errors = error_lines(self.log_path) if self.log_path else []
         raise ServerStartError(what, log_path=self.log_path, errors=errors, log_tail=self._last_tail, failed=failed)
 
+    def begin_stop(self) -> None:
+        """SIGTERM tritonserver alone (not its group): it stops taking requests, lets in-flight ones end within
+        its exit timeout and then unloads its models, whose backends stop their own engines. SIGTERM to the whole
+        group killed the vLLM engines under live streams."""
+        if self._group is not None:
+            self._group.terminate_leader()
+
     def stop(self, grace: float | None = None) -> int | None:
-        """SIGTERM the server's process group, wait (default: the server's exit timeout + 10 s), SIGKILL
-        leftovers; returns the server's exit code."""
+        """SIGTERM the server (begin_stop), wait (default: the server's exit timeout + 10 s), SIGKILL what is
+        left of its process group; returns the server's exit code."""
         if self._group is None:
             return None
-        code = self._group.stop(grace=self.exit_timeout + 10.0 if grace is None else grace)
+        code = self._group.stop(grace=self.exit_timeout + 10.0 if grace is None else grace, leader_only=True)
         self._last_tail = self.log_tail(200)
         if self._own_log and self.log_path is not None and code == 0:
             self.log_path.unlink(missing_ok=True)  # keep the log only when something went wrong

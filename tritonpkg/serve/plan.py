@@ -20,12 +20,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tritonpkg.frontend.auth import exposure_warning
 from tritonpkg.runtime.server import EXIT_TIMEOUT_S
+from tritonpkg.serve.supervisor import DEFAULT_POLICY, EngineDeathPolicy
 from tritonpkg.serve.triton_options import TritonOptions
 from tritonpkg.serve.unpack import DEFAULT_MAX_BYTES, DEFAULT_MAX_MEMBERS
 
 ExecutionMode = Literal["embedded", "separate"]
 # "plan" only labels notes about the plan itself (what will not happen, and why); it runs nothing.
-StepKind = Literal["plan", "unpack", "verify", "weights", "plugins", "metrics_dir", "triton", "metrics", "frontend"]
+# "engine" labels what the engine supervisor reports while serving (a death, a restart).
+StepKind = Literal["plan", "unpack", "verify", "weights", "plugins", "metrics_dir", "triton", "metrics", "frontend",
+                   "engine"]
 DEFAULT_MODE: ExecutionMode = "embedded"
 
 
@@ -52,6 +55,10 @@ class StartupOptions(BaseModel):
     merged_metrics: bool = Field(default=True, description="open the public merged /metrics (a deploy unit's "
                                                            "gate reads Triton's own instead)")
     log_path: Path | None = Field(default=None, description="tritonserver's log; None: a temp file kept on failure")
+    on_engine_death: EngineDeathPolicy = Field(default=DEFAULT_POLICY, description="restart: load the model again "
+                                               "(bounded retries); exit: stop the stack non-zero")
+    drain_timeout: float = Field(default=0, ge=0, le=3600, description="on stop, seconds in-flight requests and "
+                                 "streams get to end before they are cut (0: no drain, Triton's exit timeout alone)")
     exit_timeout: int = Field(default=EXIT_TIMEOUT_S, ge=0, le=3600, description="Triton's --exit-timeout-secs")
     max_members: int = Field(default=DEFAULT_MAX_MEMBERS, ge=1, description="refuse archives with more members")
     max_bytes: int = Field(default=DEFAULT_MAX_BYTES, ge=1, description="refuse archives that expand to more")

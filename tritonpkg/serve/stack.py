@@ -28,8 +28,11 @@ from tritonpkg.serve.plan import (
     plan_prepare,
     plan_serve,
 )
+from tritonpkg.serve.triton_options import ModelControlMode
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+STOP_FILE_ENV = "TRITONPKG_VLLM_STOP_FILE"  # backends/vllm/stopping.py reads the announced drain deadline there
+STOP_MARGIN_S = 15  # Triton's exit timeout beyond the drain: the engines' own shutdown after their streams ended
 METRICS_WAIT = 60.0  # seconds for Triton's metrics to name every ready model before the public /metrics opens
 
 
@@ -69,6 +72,9 @@ class ServingStack:
         self._scratch: list[Path] = []  # folders this run created inside a user-given state dir
         self.admin_key: str | None = None  # Triton's admin-API key, stored 0600 in the state dir
         self.admin_key_file: Path | None = None
+        self.supervisor: Any = None  # EngineSupervisor, once Triton serves vLLM models
+        self.stop_problem: str | None = None  # one line: why the last stop was not clean
+        self._stop_file: Path | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> ServingStack:
@@ -92,7 +98,11 @@ class ServingStack:
 
     def detach(self) -> None:
         """Leave Triton running past this interpreter, with the files it serves from: whoever recorded its
-        process group (the deploy state) stops it later."""
+        process group (the deploy state) stops it later. Its engine supervisor ends here: a dead engine still makes
+        the unit's readiness false (the backend unloads its model), and whoever owns the unit restarts it."""
+        if self.supervisor is not None:
+            self.supervisor.stop()
+            self.supervisor = None
         if self.server is not None:
             self.server.detach()
         self._scratch.clear()
@@ -102,16 +112,27 @@ class ServingStack:
             self._claim = None
 
     def stop(self) -> int | None:
-        """Close the public endpoints first, then Triton, then remove what start() unpacked."""
+        """A graceful stop: the drain deadline announced to the backends (they refuse new requests from now on),
+        SIGTERM to Triton alone (not ready at once; in-flight requests end, then its models unload and their
+        engines stop), the OpenAI API's streams drained meanwhile, then what start() unpacked removed.
+        `stop_problem` says in one line why a stop was not clean (Triton's exit status, a stub's segfault)."""
         code = None
+        if self.supervisor is not None:  # no restart may start under the stop
+            self.supervisor.stop()
+        drain = self.options.drain_timeout
+        if self.server is not None and self.server.running:
+            if drain and self._stop_file is not None:
+                self._stop_file.write_text(f"{time.time() + drain:.3f}\n")
+            self.server.begin_stop()
         if self.frontend is not None:
-            self.frontend.stop()
+            self.frontend.stop(drain=drain or None)
             self.frontend = None
         if self.metrics is not None:
             self.metrics.stop()
             self.metrics = None
         if self.server is not None:
             code = self.server.stop()
+            self.stop_problem = _stop_problem(code, self.server.log_tail(400), self.server.exit_timeout)
         if self._claim is not None:
             self._claim.release()
             self._claim = None
@@ -137,6 +158,8 @@ class ServingStack:
         if self.server is None or not self.server.running:
             tail = self.server.log_tail(40) if self.server is not None else ""
             return f"tritonserver exited unexpectedly; last log lines:\n{tail}"
+        if self.supervisor is not None and self.supervisor.problem:
+            return self.supervisor.problem
         if self.frontend is not None and not self.frontend.running:
             return "the OpenAI frontend stopped unexpectedly (see its log above)"
         return None
@@ -271,16 +294,45 @@ class ServingStack:
             self.admin_key = admin.check_key(o.admin_key) if o.admin_key else admin.new_key()
             self.admin_key_file = admin.write_key(self._scratch_dir("admin"), self.admin_key)
         t = o.triton
+        # "none" (every model loads at start, none changes after) runs as explicit with every model loaded: the
+        # vLLM backend can then unload a model whose engine died, so its readiness follows the engine.
+        stop_dir = self._scratch_dir("stop")
+        stop_dir.mkdir()
+        self._stop_file = stop_dir / "drain-deadline"  # named now, written when a stop begins
+        exit_timeout = max(o.exit_timeout, int(o.drain_timeout) + STOP_MARGIN_S) if o.drain_timeout else o.exit_timeout
+        control: ModelControlMode = "explicit" if t.model_control_mode == "none" else t.model_control_mode
+        load = ["*"] if t.model_control_mode == "none" else list(t.load_models)
         self.server = TritonServer(
             self._repo(), runtime=self.runtime or ensure_runtime(), host=o.host,
             http_port=o.http_port or None, grpc_port=o.grpc_port or None,
             metrics_port=o.triton_metrics_port or None,
-            metrics_host="127.0.0.1", model_control=t.model_control_mode, load_models=list(t.load_models),
+            metrics_host="127.0.0.1", model_control=control, load_models=load,
             log_verbose=t.log_verbose, metrics=t.metrics, extra_args=t.server_args(),
-            startup_timeout=o.startup_timeout, log_path=o.log_path, exit_timeout=o.exit_timeout,
-            env={MULTIPROC_ENV: str(self.multiproc_dir)}, admin_key=self.admin_key, on_progress=self._loading)
+            startup_timeout=o.startup_timeout, log_path=o.log_path, exit_timeout=exit_timeout,
+            env={MULTIPROC_ENV: str(self.multiproc_dir), STOP_FILE_ENV: str(self._stop_file)},
+            admin_key=self.admin_key, on_progress=self._loading)
         self.server.start()
+        self._supervise()
         return f"pid {self.server.pid}, {len(self.server.ready_models())} model(s) ready"
+
+    def _supervise(self) -> None:
+        """Watch the vLLM models Triton serves now (explicit model control: a dead engine unloads its model)."""
+        from tritonpkg.serve.supervisor import EngineSupervisor, vllm_models
+
+        if self.server.model_control != "explicit":
+            return
+        ready = {m["name"] for m in self.server.ready_models()}
+        watched = vllm_models(self._repo()) & ready
+        if watched:
+            self.supervisor = EngineSupervisor(self.server, watched, policy=self.options.on_engine_death,
+                                               on_event=self._engine_event).start()
+
+    def _engine_event(self, event: Any) -> None:
+        detail = f"{event.model}: {event.kind}" + (f" ({event.detail})" if event.detail else "")
+        if event.kind == "restarted":
+            detail += f", ready again {event.seconds:.1f} s after its death"
+        self.on_event(StepEvent(Step("engine", "vLLM engine"), "done" if event.kind == "restarted" else "warn",
+                                detail=detail))
 
     def _loading(self, models: dict[str, Any]) -> None:
         """Triton's per-model load states while it starts, as progress of the triton step."""
@@ -294,8 +346,10 @@ class ServingStack:
         from tritonpkg.metrics import MergedMetricsServer
 
         triton_url = self.server.metrics_url if self.options.triton.metrics else None
+        supervisor = self.supervisor
         metrics = MergedMetricsServer(triton_url, self.multiproc_dir, host=self.options.host,
-                                      port=self.options.metrics_port, token=self.options.metrics_token)
+                                      port=self.options.metrics_port, token=self.options.metrics_token,
+                                      extra=supervisor.exposition if supervisor is not None else None)
         if triton_url is not None:
             # The public port opens only once Triton's own metrics answer for every model: its first scrape is whole.
             metrics.wait_for_triton(METRICS_WAIT, [m["name"] for m in self.server.ready_models()])
@@ -340,3 +394,17 @@ class ServingStack:
             "admin_header": "admin-key", "metrics_auth": "bearer" if self.options.metrics_token else None,
             "openai_auth": "bearer" if self.options.openai_api_key else None,
         }
+
+
+def _stop_problem(code: int | None, log: str, exit_timeout: int) -> str | None:
+    """One line on why Triton's stop was not clean, or None: its exit status and the log's own reason."""
+    if "Segfault encountered" in log or "Signal (11) received" in log:
+        return f"a Python-backend stub segfaulted while Triton stopped (tritonserver exit status {code})"
+    if code in (0, None):
+        return None
+    if "Exit timeout expired" in log:
+        return (f"tritonserver's exit timeout ({exit_timeout} s) ran out before its models had unloaded "
+                f"(exit status {code})")
+    if code < 0:
+        return f"tritonserver was killed by signal {-code} during the stop"
+    return f"tritonserver exited with status {code} during the stop"

@@ -1,0 +1,248 @@
+"""Readiness follows the engine under the start procedure (tritonpkg.serve), on the real stack: the tiny LLM's
+EngineCore is SIGKILLed while it serves, and every readiness endpoint must turn false within 2 s — Triton's
+/v2/models/<m>/ready, gRPC ModelReady, /v2/health/ready, the OpenAI API's /health/ready (503 naming the
+model) and the merged /metrics' tritonpkg_engine_alive gauge. Then the policy: `restart` brings the model
+back (a fresh engine) and it answers; `exit` makes the stack report its problem (serve exits 1 on it) and
+its stop leaves no process behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.support.procs import group_pids
+from tests.support.repositories import package_tiny_llm
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+MODEL = "tiny_llm"
+BAR_S = 2.0
+DRAIN_S = 2.0  # the tiny LLM streams ~100 tokens/s here: 30 tokens end within it, 500 cannot
+
+
+def _status(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError as exc:
+        return 0, str(exc)
+
+
+def _generate(stack) -> tuple[int, str]:
+    body = {"text_input": "hello", "parameters": {"max_tokens": 3, "temperature": 0}}
+    req = urllib.request.Request(f"{stack.server.http_url}/v2/models/{MODEL}/generate",
+                                 data=json.dumps(body).encode(), method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError as exc:  # refused: the server stopped listening
+        return 0, str(exc)
+
+
+def _engine_cores(stack) -> list:
+    import psutil
+
+    return [p for p in psutil.Process(stack.server.pid).children(recursive=True)
+            if p.cmdline() and p.cmdline()[0].startswith("VLLM::EngineCore")]
+
+
+def _start(tmp_path, weights, policy: str):
+    from tritonpkg.runtime import ensure_runtime
+    from tritonpkg.serve import ServingStack, StartupOptions
+
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    repo = package_tiny_llm(tmp_path, weights)
+    options = StartupOptions(source=repo, http_port=0, grpc_port=0, metrics_port=0, openai_port=0, openai=True,
+                             execution_mode="embedded", state_dir=tmp_path / "state", on_engine_death=policy,
+                             startup_timeout=600, log_path=tmp_path / "tritonserver.log")
+    return ServingStack(options, runtime=ensure_runtime()).start()
+
+
+def _readiness(stack, grpc_client) -> dict[str, bool]:
+    """Each endpoint's answer now: True while it says ready."""
+    http = stack.server.http_url
+    code, text = _status(f"{stack.metrics.url}")
+    alive = f'tritonpkg_engine_alive{{model="{MODEL}",version="1"}} 1' in text if code == 200 else False
+    return {
+        "model_ready": _status(f"{http}/v2/models/{MODEL}/ready")[0] == 200,
+        "server_ready": _status(f"{http}/v2/health/ready")[0] == 200,
+        "grpc_model_ready": _grpc_ready(grpc_client),
+        "openai_ready": _status(f"{stack.frontend.url}/health/ready")[0] == 200,
+        "engine_alive_gauge": alive,
+    }
+
+
+def _grpc_ready(client) -> bool:
+    try:
+        return bool(client.is_model_ready(MODEL))
+    except Exception:
+        return False
+
+
+def _kill_and_measure(stack, grpc_client) -> dict[str, float]:
+    """SIGKILL the EngineCore; seconds until each endpoint first said not ready (polled every 50 ms)."""
+    assert all(_readiness(stack, grpc_client).values()), _readiness(stack, grpc_client)
+    cores = _engine_cores(stack)
+    assert cores
+    killed = time.monotonic()
+    for core in cores:
+        core.send_signal(signal.SIGKILL)
+    lag: dict[str, float] = {}
+    while time.monotonic() - killed < 10 and len(lag) < 5:
+        for name, ok in _readiness(stack, grpc_client).items():
+            if not ok and name not in lag:
+                lag[name] = time.monotonic() - killed
+        time.sleep(0.05)
+    return lag
+
+
+def test_restart_policy_readiness_false_within_2s_then_ready_again(tmp_path, tiny_llm_weights):
+    import tritonclient.grpc as grpcclient
+
+    stack = _start(tmp_path, tiny_llm_weights, "restart")
+    try:
+        client = grpcclient.InferenceServerClient(stack.server.grpc_url)
+        assert _generate(stack)[0] == 200
+        lag = _kill_and_measure(stack, client)
+        lags = {k: round(v, 2) for k, v in lag.items()}
+        print(f"\nreadiness lag after SIGKILL of EngineCore (s): {json.dumps(lags)}")
+        assert set(lag) == {"model_ready", "server_ready", "grpc_model_ready", "openai_ready", "engine_alive_gauge"}
+        assert max(lag.values()) <= BAR_S, lag
+        code, body = _status(f"{stack.frontend.url}/health/ready")
+        assert code == 503 and MODEL in body, body
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not all(_readiness(stack, client).values()):
+            assert stack.problem() is None, stack.problem()
+            time.sleep(0.5)
+        assert all(_readiness(stack, client).values()), _readiness(stack, client)
+        restarted = [e for e in stack.supervisor.events if e.kind == "restarted"]
+        assert restarted, stack.supervisor.events
+        print(f"restart: ready again {restarted[0].seconds:.1f} s after the kill")
+        assert _generate(stack)[0] == 200
+    finally:
+        stack.stop()
+
+
+def test_exit_policy_reports_the_death_and_leaves_nothing_running(tmp_path, tiny_llm_weights):
+    import tritonclient.grpc as grpcclient
+
+    stack = _start(tmp_path, tiny_llm_weights, "exit")
+    pgid = stack.server.pgid
+    try:
+        client = grpcclient.InferenceServerClient(stack.server.grpc_url)
+        lag = _kill_and_measure(stack, client)
+        assert max(lag.values()) <= BAR_S, lag
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and stack.problem() is None:
+            time.sleep(0.1)
+        problem = stack.problem()
+        assert problem is not None and "engine died" in problem and MODEL in problem and "\n" not in problem, problem
+    finally:
+        stack.stop()
+    assert group_pids(pgid) == []
+
+
+def _http_stream(stack, max_tokens: int, out: dict) -> None:
+    """One HTTP generate_stream; `out` gets its events, its last error and its end time."""
+    body = {"text_input": "hello",
+            "parameters": {"max_tokens": max_tokens, "ignore_eos": True, "temperature": 1.0, "stream": True}}
+    req = urllib.request.Request(f"{stack.server.http_url}/v2/models/{MODEL}/generate_stream",
+                                 data=json.dumps(body).encode(), method="POST")
+    out["events"], out["error"] = [], None
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            for raw in resp:
+                line = raw.decode()
+                if line.startswith("data:"):
+                    event = json.loads(line[5:])
+                    out["events"].append(event)
+                    if "error" in event:
+                        out["error"] = event["error"]
+    except Exception as exc:  # what the client sees is the measurement
+        out["error"] = f"{type(exc).__name__}: {exc}"
+    out["ended"] = time.monotonic()
+
+
+def _grpc_stream(stack, max_tokens: int, out: dict) -> None:
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(stack.server.grpc_url)
+    done = threading.Event()
+    out["events"], out["error"] = [], None
+
+    def callback(result, error) -> None:
+        if error is not None:
+            out["error"] = str(error)
+            done.set()
+            return
+        out["events"].append(result)
+        if result.get_response().parameters["triton_final_response"].bool_param:
+            done.set()
+
+    client.start_stream(callback=callback)
+    inputs = []
+    params = {"max_tokens": max_tokens, "ignore_eos": True, "temperature": 1.0}
+    for name, dtype, value in (("text_input", "BYTES", b"hello"), ("stream", "BOOL", True),
+                               ("sampling_parameters", "BYTES", json.dumps(params).encode())):
+        tensor = grpcclient.InferInput(name, [1], dtype)
+        tensor.set_data_from_numpy(np.array([value], dtype=object if dtype == "BYTES" else bool))
+        inputs.append(tensor)
+    client.async_stream_infer(MODEL, inputs, enable_empty_final_response=True)
+    done.wait(120)
+    out["ended"] = time.monotonic()
+    client.stop_stream()
+    client.close()
+
+
+def test_sigterm_drains_streams_refuses_new_ones_and_cuts_at_the_drain_timeout(tmp_path, tiny_llm_weights):
+    """A stop with a 2 s drain while an HTTP stream that ends within it and a gRPC stream that cannot run:
+    readiness false at once, a new request refused, the short stream whole with no error, the long one
+    ended by a final error naming the drain timeout (never "engine died"), and a clean exit."""
+    from tritonpkg.runtime import ensure_runtime
+    from tritonpkg.serve import ServingStack, StartupOptions
+
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    repo = package_tiny_llm(tmp_path, tiny_llm_weights, max_model_len=512)  # the weights' whole context
+    options = StartupOptions(source=repo, http_port=0, grpc_port=0, metrics_port=0, openai=False,
+                             state_dir=tmp_path / "state", startup_timeout=600, drain_timeout=DRAIN_S,
+                             log_path=tmp_path / "tritonserver.log")
+    stack = ServingStack(options, runtime=ensure_runtime()).start()
+    pgid, http = stack.server.pgid, stack.server.http_url
+    short: dict = {}
+    long: dict = {}
+    threads = [threading.Thread(target=_http_stream, args=(stack, 30, short)),
+               threading.Thread(target=_grpc_stream, args=(stack, 500, long))]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (short.get("events") and long.get("events")):
+        time.sleep(0.02)
+    stopper = threading.Thread(target=stack.stop)
+    began = time.monotonic()
+    stopper.start()
+    time.sleep(0.5)
+    ready = _status(f"{http}/v2/health/ready")[0]
+    refused = _generate(stack)
+    for t in threads:
+        t.join(60)
+    stopper.join(120)
+    assert ready != 200
+    assert (refused[0] != 200 and "stopping" in refused[1]) or refused[0] == 0, refused
+    assert short["error"] is None and len(short["events"]) >= 2, short
+    assert long["error"] and "drain timeout" in long["error"] and "engine died" not in long["error"], (
+        long["error"], len(long["events"]), long["ended"] - began)
+    assert long["ended"] - began < DRAIN_S + 3, long["ended"] - began
+    assert stack.stop_problem is None, stack.stop_problem
+    assert group_pids(pgid) == []
