@@ -121,6 +121,9 @@ def test_manifests_validate_against_the_kubernetes_schemas(tmp_path):
     triton = pod["containers"][0]
     assert triton["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
     assert triton["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    # a dead engine's model unloads itself (explicit mode, every model loaded); the drain fits the grace
+    assert {"--model-control-mode=explicit", "--load-model=*", "--exit-timeout-secs=20"} <= set(triton["args"])
+    assert pod["terminationGracePeriodSeconds"] == 30
     assert triton["resources"]["limits"] == {"nvidia.com/gpu": "1"}
     assert pod["initContainers"][0]["args"][:3] == ["tritonpkg", "materialize", "copy"]
     assert {i["path"] for i in pod["volumes"][0]["configMap"]["items"]} == {"m/config.pbtxt", "m/1/model.py"}

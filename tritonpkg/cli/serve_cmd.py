@@ -56,7 +56,7 @@ class ModelControl(str, enum.Enum):
 
 
 DEFAULT_OPENAI_PORT = 9000
-DEFAULT_DRAIN_S = 20.0  # + the engines' own stop stays within Kubernetes' default 30 s grace
+DEFAULT_DRAIN_S = 20.0  # tritonpkg.runtime.server.DRAIN_TIMEOUT_S: with the engines' own stop, within a 30 s grace
 
 
 def _backend_configs(values: list[str]) -> list[str]:

@@ -27,6 +27,9 @@ PORT_RETRIES = 3
 HTTP_THREADS = 16
 # Triton's own --exit-timeout-secs default: a vLLM engine on a busy host takes more than a few seconds to wind down.
 EXIT_TIMEOUT_S = 30
+# `serve --drain-timeout`'s default and the Kubernetes pods' exit timeout: in-flight requests get this long on a
+# stop, which with the models' unload stays within the pod's termination grace (DRAIN_TIMEOUT_S + 10).
+DRAIN_TIMEOUT_S = 20
 LOAD_REQUEST_TIMEOUT = 3600.0  # seconds one load request may take when start-up has no bound
 
 

@@ -23,6 +23,7 @@ from tritonpkg.deploy.driver import Driver, Endpoints, Entry, OnStarted
 from tritonpkg.deploy.plan import Unit
 from tritonpkg.errors import TritonpkgError
 from tritonpkg.runtime import admin
+from tritonpkg.runtime.server import DRAIN_TIMEOUT_S
 
 if TYPE_CHECKING:
     from tritonpkg.deploy.driver import Release
@@ -99,6 +100,9 @@ def unit_manifests(model: str, unit: Unit, *, repository: Path, namespace: str =
             "name": "triton", "image": triton_image(release or compat.default_release()),
             "args": ["tritonserver", "--model-repository=/models", f"--http-port={HTTP}", f"--grpc-port={GRPC}",
                      f"--metrics-port={METRICS}", "--metrics-config=summary_latencies=true",
+                     # every model loaded, but explicit: a vLLM model whose engine died unloads itself, so the
+                     # readiness probe takes the pod out; in-flight requests get the drain on SIGTERM
+                     "--model-control-mode=explicit", "--load-model=*", f"--exit-timeout-secs={DRAIN_TIMEOUT_S}",
                      *admin.restricted_args(f"$({ADMIN_ENV})")],  # admin APIs only with the Secret's key
             "env": [{"name": ADMIN_ENV, "valueFrom": {"secretKeyRef": {"name": admin_secret_name(model),
                                                                        "key": admin.KEY_FILE}}}],
@@ -110,7 +114,7 @@ def unit_manifests(model: str, unit: Unit, *, repository: Path, namespace: str =
             "resources": resources, "volumeMounts": mounts}],
         "volumes": [{"name": "repository", "configMap": {"name": cm["metadata"]["name"], "items": items}},
                     {"name": "weights", "emptyDir": {}}],
-        "terminationGracePeriodSeconds": 30,
+        "terminationGracePeriodSeconds": DRAIN_TIMEOUT_S + 10,  # the drain, then the models' unload
     }
     if weights:
         pod["initContainers"] = [{
