@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tritonpkg.frontend.app import in_served_terms
+from tritonpkg.frontend.calls import in_served_terms
 from tritonpkg.frontend.catalog import ModelEntry
 from tritonpkg.frontend.errors import SERVER_PATH, APIError, without_paths
 

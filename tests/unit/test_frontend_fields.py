@@ -8,12 +8,13 @@ import json
 import pytest
 
 from tests.support.paths import EXAMPLES
-from tritonpkg.frontend.app import _model_card, _render_chat
 from tritonpkg.frontend.catalog import ModelEntry
 from tritonpkg.frontend.chat_tokenizer import load_chat_tokenizer
 from tritonpkg.frontend.errors import APIError
 from tritonpkg.frontend.mapping import chat_plan
+from tritonpkg.frontend.prompts import render_chat
 from tritonpkg.frontend.protocol import ChatCompletionRequest
+from tritonpkg.frontend.routes.models import model_card
 
 USER = [{"role": "user", "content": "hi"}]
 
@@ -46,7 +47,7 @@ def entry(tmp_path, template: str) -> ModelEntry:
 def test_reasoning_effort_reaches_a_template_that_reads_it(tmp_path):
     e = entry(tmp_path, "effort={{ reasoning_effort | default('unset') }}:{{ messages[0]['content'] }}")
     body = chat(reasoning_effort="high")
-    prompt, _, _ = _render_chat(e, body, chat_plan(body))
+    prompt, _, _ = render_chat(e, body, chat_plan(body))
     assert prompt == "effort=high:hi"
 
 
@@ -54,18 +55,18 @@ def test_reasoning_effort_is_refused_by_a_template_that_ignores_it(tmp_path):
     e = entry(tmp_path, "{{ messages[0]['content'] }}")
     body = chat(reasoning_effort="high")
     with pytest.raises(APIError) as info:
-        _render_chat(e, body, chat_plan(body))
+        render_chat(e, body, chat_plan(body))
     assert info.value.param == "reasoning_effort" and info.value.status == 400
 
 
 def test_model_card_fields(tmp_path):
-    card = _model_card(entry(tmp_path, "x"))
+    card = model_card(entry(tmp_path, "x"))
     assert {k: card[k] for k in ("id", "root", "parent", "max_model_len")} == {"id": "m", "root": "m", "parent": None,
                                                                               "max_model_len": 64}
 
 
 def test_backend_errors_name_the_served_model_and_the_field(tmp_path):
-    from tritonpkg.frontend.app import in_served_terms
+    from tritonpkg.frontend.calls import in_served_terms
 
     weights = tmp_path / "weights" / "tiny"
     e = ModelEntry(name="tiny_llm", version="1", kind="generate", backend="vllm", created=0,

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from tests.support.paths import EXAMPLES
-from tritonpkg.frontend.app import _check_token_ids
 from tritonpkg.frontend.catalog import ModelEntry, vocab_size
 from tritonpkg.frontend.chat_tokenizer import load_chat_tokenizer
+from tritonpkg.frontend.checks import check_token_ids
 from tritonpkg.frontend.errors import APIError
 from tritonpkg.frontend.protocol import CompletionRequest, EmbeddingRequest
 
@@ -40,9 +40,9 @@ def test_the_bound_is_the_larger_of_the_models_and_the_tokenizers(tmp_path):
     ([[5, 600]], "holds token id 600"), ([[5], [5] * 64], "'prompt.1' has 64 tokens")])
 def test_out_of_vocabulary_or_context_is_a_400_naming_the_field(tmp_path, prompts, message):
     with pytest.raises(APIError) as info:
-        _check_token_ids(entry(tmp_path, 600), prompts, "prompt")
+        check_token_ids(entry(tmp_path, 600), prompts, "prompt")
     assert info.value.status == 400 and info.value.param == "prompt" and message in info.value.message
-    _check_token_ids(entry(tmp_path, 600), [[5, 599], "text", [5] * 63], "prompt")
+    check_token_ids(entry(tmp_path, 600), [[5, 599], "text", [5] * 63], "prompt")
 
 
 @pytest.mark.parametrize("ids", [[5, True], [5, "6"], [5, 6.0], [[5, False]]])
