@@ -73,3 +73,16 @@ def test_vllm_models_reads_the_backend(tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.pbtxt").write_text(f'name: "{name}"\nbackend: "{backend}"\n')
     assert vllm_models(tmp_path) == {"a"}
+
+
+def test_a_stop_is_clean_only_with_status_0_and_no_segfault_in_the_log():
+    from tritonpkg.serve.stack import _stop_problem
+
+    assert _stop_problem(0, "I1204 ... successfully unloaded\n", 35) is None
+    segv = _stop_problem(0, "Signal (11) received.\n", 35)
+    assert segv and "segfaulted" in segv and "\n" not in segv
+    assert "segfaulted" in (_stop_problem(139, "stub: Segfault encountered\n", 35) or "")
+    timed_out = _stop_problem(1, "E1204 Exit timeout expired. Exiting immediately.\n", 35)
+    assert timed_out and "exit timeout (35 s)" in timed_out
+    assert _stop_problem(-9, "", 35) == "tritonserver was killed by signal 9 during the stop"
+    assert _stop_problem(134, "", 35) == "tritonserver exited with status 134 during the stop"
