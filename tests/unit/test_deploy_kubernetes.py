@@ -119,7 +119,7 @@ def test_manifests_validate_against_the_kubernetes_schemas(tmp_path):
     assert len(lines) == 4 and "kubernetes-validate" in lines[0] and "checked-in Gateway API" in lines[3]
     pod = dep["spec"]["template"]["spec"]
     triton = pod["containers"][0]
-    assert triton["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert triton["readinessProbe"]["httpGet"]["path"] == "/v2/models/m/ready"
     assert triton["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
     # a dead engine's model unloads itself (explicit mode, every model loaded); the drain fits the grace
     assert {"--model-control-mode=explicit", "--load-model=*", "--exit-timeout-secs=20"} <= set(triton["args"])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -108,7 +109,9 @@ def unit_manifests(model: str, unit: Unit, *, repository: Path, namespace: str =
                                                                        "key": admin.KEY_FILE}}}],
             "ports": [{"name": "http", "containerPort": HTTP}, {"name": "grpc", "containerPort": GRPC},
                       {"name": "metrics", "containerPort": METRICS}],
-            "readinessProbe": probe("/v2/health/ready", 5),
+            # the model's own readiness: Triton's /v2/health/ready turns true again once a dead engine's model
+            # has finished unloading (its strict readiness ignores unloaded models)
+            "readinessProbe": probe(f"/v2/models/{urllib.parse.quote(model, safe='')}/ready", 5),
             "livenessProbe": probe("/v2/health/live", 10),
             "startupProbe": {**probe("/v2/health/live", 5), "failureThreshold": 120},
             "resources": resources, "volumeMounts": mounts}],
