@@ -118,8 +118,8 @@ def captures(root: Path, img: Path) -> list[Path]:
                                 img / "validate-finding.svg", "tritonpkg validate", width=140, command=
                                 "sed -i 's/KIND_CPU/KIND_GPU/' broken/sentiment/config.pbtxt; "
                                 "tritonpkg validate broken"))
-        written.append(save_svg(run_capture(root, work, ["compat"]), img / "compat.svg", "tritonpkg compat",
-                                "tritonpkg compat"))
+        written.append(save_svg(run_capture(root, work, ["compat"], width=150), img / "compat.svg",
+                                "tritonpkg compat", "tritonpkg compat", width=150))
         cmd = ["serve", "model_repository", "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"]
         written.append(save_svg(run_until(root, work, cmd, "serving; Ctrl-C"), img / "serve.svg",
                                 "tritonpkg serve", "tritonpkg " + " ".join(cmd) + "   # then Ctrl-C"))
