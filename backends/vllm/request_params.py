@@ -119,11 +119,37 @@ def normalize_sampling(
         structured.update(options)
         if "json" in structured and isinstance(structured["json"], str):
             structured["json"] = _maybe_json(sources[0], structured["json"])
+        if "json" in structured:
+            structured["json"] = strict_json_strings(structured["json"])
         out["structured_outputs"] = structured
     return out
 
 
 CONSTRAINT_KEYS = {"json", "regex", "choice", "grammar", "json_object", "structural_tag"}
+NO_CONTROL = "[^\\x00-\\x1f]"  # a character RFC 8259 lets a JSON string hold unescaped
+STRING_BOUNDS = ("minLength", "maxLength")
+
+
+def strict_json_strings(schema: Any) -> Any:
+    """The OpenAI frontend's rule (tritonpkg.frontend.mapping.strict_json_strings, of which this is a copy: this
+    folder imports nothing from tritonpkg), for KServe clients too: xgrammar writes a string with
+    minLength/maxLength as up to n of `[^"\\\r\n]`, letting U+0000-U+001F through unescaped (strict JSON
+    parsers refuse them), so such a string gets the same bounds as a `pattern` that excludes them. Strings with
+    their own pattern or format, and everything else, are left as they are; applying it twice changes nothing."""
+    if isinstance(schema, list):
+        return [strict_json_strings(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: strict_json_strings(value) for key, value in schema.items()}
+    kinds = schema.get("type")
+    is_string = kinds == "string" or (isinstance(kinds, list) and kinds == ["string"])
+    if (is_string and any(isinstance(schema.get(b), int) for b in STRING_BOUNDS)
+            and "pattern" not in schema and "format" not in schema):
+        low, high = int(schema.get("minLength", 0)), schema.get("maxLength")
+        for bound in STRING_BOUNDS:
+            out.pop(bound, None)
+        out["pattern"] = f"^{NO_CONTROL}{{{low},{'' if high is None else int(high)}}}$"
+    return out
 
 
 def response_format_constraint(value: Any) -> dict[str, Any]:

@@ -89,3 +89,19 @@ def test_candidate_logprob_sums_the_candidate_positions_only():
     assert rp.candidate_logprob(prompt_logprobs, 2, [4, 6]) == pytest.approx(-1.25)
     with pytest.raises(rp.ParamError, match="position 3"):
         rp.candidate_logprob(prompt_logprobs, 2, [4, 7])
+
+
+def test_kserve_json_schemas_get_the_frontends_strict_strings():
+    """A bounded string of any spelling's JSON schema becomes the frontend's control-free pattern (issue 44)."""
+    from tritonpkg.frontend.mapping import strict_json_strings
+
+    schema = {"type": "object", "properties": {"s": {"type": "string", "maxLength": 8},
+                                               "t": {"type": "string", "pattern": "^a$", "maxLength": 3}}}
+    rf = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    for params in ({"guided_json": schema}, {"structured_outputs": {"json": json.dumps(schema)}},
+                   {"response_format": rf}):
+        got = norm(params)["structured_outputs"]["json"]
+        assert got == strict_json_strings(schema), params
+        assert got["properties"]["s"] == {"type": "string", "pattern": "^[^\\x00-\\x1f]{0,8}$"}
+        assert got["properties"]["t"] == schema["properties"]["t"]
+    assert norm({"guided_json": schema}) == norm({"guided_json": strict_json_strings(schema)})
