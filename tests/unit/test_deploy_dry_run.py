@@ -112,7 +112,7 @@ def test_a_read_only_state_creates_nothing_and_refuses_a_write(tmp_path: Path) -
     before = listing(tmp_path / "s")
     store = StateStore(tmp_path / "s" / "state.db", read_only=True)
     assert store.models() == [MODEL]
-    with pytest.raises(Exception, match="readonly|read-only"):
+    with pytest.raises(Exception, match=r"readonly|read-only"):
         store.set_deployment(MODEL, alias="x")
     assert listing(tmp_path / "s") == before and StateStore(tmp_path / "s" / "state.db").deployment(MODEL)["alias"] \
         is None
