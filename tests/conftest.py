@@ -4,6 +4,7 @@ tests/support/."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -32,6 +33,22 @@ def write_spec(tmp_path: Path) -> WriteSpec:
         return path
 
     return _write
+
+
+@pytest.fixture(autouse=True)
+def _toolkit_environment_is_left_as_found() -> Iterator[None]:
+    """A test that sets a TRITONPKG_* variable without monkeypatch changes every later test's toolkit (a leaked
+    TRITONPKG_BACKENDS made 150 later tests read the validate fixtures' backends): the variables are put back
+    and the test that changed them fails, naming them."""
+    before = {k: v for k, v in os.environ.items() if k.startswith("TRITONPKG_")}
+    yield
+    after = {k: v for k, v in os.environ.items() if k.startswith("TRITONPKG_")}
+    if after != before:
+        for key in set(after) - set(before):
+            del os.environ[key]
+        os.environ.update(before)
+        changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+        pytest.fail(f"the test left the environment changed: {', '.join(changed)} (use monkeypatch)")
 
 
 @pytest.fixture

@@ -59,13 +59,20 @@ def validate_verdicts(release: str, cases: list[Case], work: Path) -> dict[str, 
     """engine_args errors per case, judged by the release's snapshot (never a live vLLM), each case alone."""
     from tritonpkg.validate import validate_repository
 
-    os.environ["TRITONPKG_NO_LIVE_VLLM"] = "1"
-    os.environ["TRITONPKG_BACKENDS"] = str(FIXTURE_BACKENDS)
+    saved = {k: os.environ.get(k) for k in ("TRITONPKG_NO_LIVE_VLLM", "TRITONPKG_BACKENDS")}
+    os.environ.update(TRITONPKG_NO_LIVE_VLLM="1", TRITONPKG_BACKENDS=str(FIXTURE_BACKENDS))
     out = {}
-    for c in cases:
-        report = validate_repository(repo_with(work / c.name, c.args), target_release=release)
-        out[c.name] = [f"{p.rule} {p.field}: {p.message}" for p in report.problems
-                       if p.severity == "error" and p.rule.startswith("engine_args")]
+    try:
+        for c in cases:
+            report = validate_repository(repo_with(work / c.name, c.args), target_release=release)
+            out[c.name] = [f"{p.rule} {p.field}: {p.message}" for p in report.problems
+                           if p.severity == "error" and p.rule.startswith("engine_args")]
+    finally:  # the environment is the test session's: every later test would read the fixture backends
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     return out
 
 
