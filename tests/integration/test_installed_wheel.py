@@ -127,6 +127,7 @@ def test_an_installed_wheel_packages_validates_and_serves_an_example(wheel: Path
         text = httpclient.InferInput("TEXT", [1], "BYTES")
         text.set_data_from_numpy(np.array([b"a great and helpful answer"], dtype=np.object_))
         assert client.infer("sentiment", [text]).as_numpy("LABEL").tolist() == [b"positive"]
+        client.close()  # Triton 2.51's stop waits for open HTTP connections, idle ones too, up to its exit timeout
 
         report = json.loads(run([tritonpkg, "runtime", "info", "--json"], cwd=work, env=env).stdout)
         toolkit = {b["name"]: Path(b["source"]) for b in report["backends"] if b["kind"] == "toolkit"}
