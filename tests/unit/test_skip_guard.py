@@ -24,9 +24,10 @@ def test_guard_reports_unlisted_skips_and_stale_entries() -> None:
     guard.record("tests/a.py::ok", "meant")
     guard.record("tests/b.py::t", "peft is missing")
     assert guard.violations() == ["tests/b.py::t: skipped (peft is missing)"]
-    stale = skip_guard.SkipGuard({"tests/gone.py::t": "was meant"})
+    stale = skip_guard.SkipGuard({"tests/a.py::gone": "was meant", "tests/elsewhere.py::t": "not collected"})
+    stale.collected.add("tests/a.py::ok")
     name = skip_guard.ALLOWED.name
-    assert stale.violations() == [f"tests/gone.py::t: listed in {name} but matches no collected test"]
+    assert stale.violations() == [f"tests/a.py::gone: listed in {name} but matches no collected test"]
 
 
 def _run(tmp_path: Path, body: str, guard: bool) -> subprocess.CompletedProcess[str]:
