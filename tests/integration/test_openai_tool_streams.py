@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import urllib.request
 from typing import Any
 
 import pytest
 
-from tests.support.vllm_tool_streams import RECORDING
+from tests.support.vllm_tool_streams import RECORDING, post
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -44,17 +43,6 @@ def frontend(vllm_server, repo):
     with FrontendServer(FrontendSettings(triton_grpc_url=vllm_server.grpc_url, port=0, model_repository=repo,
                                          triton_admin_key=vllm_server.admin_key)) as fe:
         yield fe
-
-
-def _post(url: str, body: dict[str, Any]) -> Any:
-    request = urllib.request.Request(f"{url}/v1/chat/completions", json.dumps(body).encode(),
-                                     {"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=300) as response:
-        raw = response.read().decode()
-    if not body.get("stream"):
-        return json.loads(raw)
-    events = [line[6:] for line in raw.splitlines() if line.startswith("data: ")]
-    return [event if event == "[DONE]" else json.loads(event) for event in events]
 
 
 def _message(body: dict[str, Any]) -> dict[str, Any]:
@@ -106,7 +94,7 @@ def _joined(chunks: list[Any]) -> dict[str, Any]:
 def test_a_chat_with_tools_is_answered_as_vllm_serve_answers_it(frontend, name):
     """auto, required, a named tool, none: the same message (content "" for a forced choice, the call's name
     and arguments) and finish_reason."""
-    assert _message(_post(frontend.url, RECORDED["requests"][name])) == _message(RECORDED["answers"][name])
+    assert _message(post(frontend.url, RECORDED["requests"][name])) == _message(RECORDED["answers"][name])
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -114,7 +102,7 @@ def test_a_streamed_chat_with_tools_has_vllm_serves_chunk_structure(frontend, na
     """The role chunk, then what vLLM's parser streams (a named tool: the call with the first argument
     fragment, then fragments; `required`: nothing until a call parses), the finish chunk, [DONE]; joined, the
     same text and arguments."""
-    ours = _post(frontend.url, RECORDED["requests"][f"{name}_stream"])
+    ours = post(frontend.url, RECORDED["requests"][f"{name}_stream"])
     theirs = RECORDED["answers"][f"{name}_stream"]
     assert _shape(ours) == _shape(theirs)
     assert _joined(ours) == _joined(theirs)
