@@ -96,6 +96,43 @@ class Plugin(_Strict):
     entry_point_group: str = "vllm.logits_processors"
 
 
+DNS_LABEL_RE = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+
+
+class Volume(_Strict):
+    """A volume the Kubernetes target mounts into every pod (e.g. an FSx for Lustre or other PVC claim):
+    a local `weights` or adapter path under `mount` names the same path inside the pod."""
+
+    claim: str = Field(pattern=DNS_LABEL_RE, description="the PersistentVolumeClaim's name")
+    mount: str = Field(pattern=r"^/[A-Za-z0-9_.\-/]{0,250}$", description="absolute path it is mounted at in the pod")
+    read_only: bool = True
+
+    @field_validator("mount")
+    @classmethod
+    def _mount(cls, v: str) -> str:
+        parts = v.strip("/").split("/")
+        if v == "/" or any(p in ("", ".", "..") for p in parts):
+            raise ValueError("mount must be an absolute path below / without '.', '..' or empty parts")
+        return "/" + "/".join(parts)
+
+
+class Autoscaling(_Strict):
+    """The Kubernetes target's HorizontalPodAutoscaler (autoscaling/v2) per unit on a per-pod load metric."""
+
+    min_replicas: int = Field(default=1, ge=1, le=INT32_MAX)
+    max_replicas: int = Field(ge=1, le=INT32_MAX)
+    metric: str = Field(default="vllm_num_requests_waiting", pattern=r"^[A-Za-z_][A-Za-z0-9_:]{0,200}$",
+                        description="pods metric through the custom metrics API (the Prometheus adapter's name "
+                                    "for vLLM's vllm:num_requests_waiting)")
+    target_average: float = Field(default=2.0, gt=0, le=1e9, description="per-pod average the HPA keeps below")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Autoscaling:
+        if self.max_replicas < self.min_replicas:
+            raise ValueError("max_replicas must be at least min_replicas")
+        return self
+
+
 class Deployment(_Strict):
     strategy: Literal["auto", "red-black", "versioned"] = "auto"
     replicas: int = Field(default=1, ge=1, le=INT32_MAX)
@@ -108,6 +145,10 @@ class Deployment(_Strict):
     unit_port_base: int | None = Field(default=None, ge=1, le=65535,
                                        description="local target: units' loopback ports from here, 3 per HAProxy slot "
                                                    "(None: deploy --unit-port-base, the recorded base, or free ports)")
+    volumes: list[Volume] = Field(default_factory=list, max_length=16,
+                                  description="kubernetes target: claims mounted in every pod (local weights must "
+                                              "lie under one)")
+    autoscaling: Autoscaling | None = Field(default=None, description="kubernetes target: an HPA per unit")
 
     @field_validator("traffic_steps")
     @classmethod
