@@ -681,6 +681,205 @@ def _run_frontend(case: dict[str, Any], root: Path) -> Any:
     return answer.status_code
 
 
+# -- template-rendered model.py and ensemble configs ----------------------------------------------------------
+
+_CODE_TEXT = st.one_of(st.sampled_from(['"', "'", '"""', "'" * 3, "\\", "\\x00", "\n", "\r", "\u2028", "\u2029",
+                                        "\ud800", "{{ x }}", "{%", "#", "\x00", "é", "\ufeff", "\x1b[2J",
+                                        "'); import os; os.system('x') #", '"""; import os #', "\\N{DASH}"]),
+                       st.text(max_size=8))
+_WEIGHTS = st.one_of(st.none(), st.builds(lambda a, b: a + b, st.sampled_from(["", "s3://bkt/", "hf://o/n@", "w/",
+                                                                              "./", "../", "/abs/"]),
+                                          st.lists(_CODE_TEXT, max_size=4).map("".join)))
+_MODEL_NAMES = st.one_of(st.sampled_from(["m", "a.b-c", "A_1", "m" * 200, "x" * 201, "-m", ".m", "m\n", "m/x", "é"]),
+                         st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,12}", fullmatch=True))
+_TENSOR_NAMES = st.one_of(st.sampled_from(["TEXT", "X", "a.b-c", "_", "x\n", "X'", 'X"', "1X", "é", ""]),
+                          st.from_regex(r"[A-Za-z_][A-Za-z0-9_.\-]{0,10}", fullmatch=True))
+_T_TENSOR = st.fixed_dictionaries({"name": _TENSOR_NAMES, "data_type": st.sampled_from(["FP32", "STRING", "INT64",
+                                                                                        "BYTES", "x"]),
+                                   "dims": st.lists(st.sampled_from([-1, 1, 3, 2**63 - 1]), min_size=1, max_size=2)},
+                                  optional={"optional": st.booleans()})
+_IDENT = st.one_of(st.sampled_from(["model", "run", "\u210c", "é", "class", "None", "a b", "", "x\n"]),
+                   st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True))
+_HOOK_FILES = st.one_of(st.sampled_from(["hooks.py", "a.b.py", "é.py", "x.py\n", "../x.py", "hooks.pyc", ".py"]),
+                        st.from_regex(r"[a-z_][a-z0-9_]{0,6}\.py", fullmatch=True))
+_T_PARAMS = st.fixed_dictionaries({}, optional={
+    "module": _HOOK_FILES, "model": _IDENT, "preprocess": st.one_of(st.none(), _IDENT),
+    "postprocess": st.one_of(st.none(), _IDENT), "factory": st.booleans(),
+    "tokenizer": st.one_of(st.sampled_from(["tokenizer", "tokenizer/tokenizer.json", "../x", "/etc"]), _CODE_TEXT),
+    "mode": st.sampled_from(["encode", "decode", "x"]), "add_special_tokens": st.booleans(),
+    "max_length": st.one_of(st.none(), st.integers(-1, 2**64)), "dtype": st.sampled_from(["float32", "x"]),
+    "omp_wait_policy": st.one_of(st.none(), st.sampled_from(["PASSIVE", "ACTIVE", "x"])),
+    "matryoshka_dimensions": st.one_of(st.none(), st.lists(st.integers(-1, 2**40), max_size=3))})
+_TEMPLATE_SPEC = st.fixed_dictionaries({
+    "template": st.sampled_from(["custom", "custom", "tokenizer", "ensemble", "ensemble", "embedding", "scoring"]),
+    "name": _MODEL_NAMES, "version": st.sampled_from([1, 2, 2**63 - 1]), "weights": _WEIGHTS, "params": _T_PARAMS,
+    "max_batch_size": st.sampled_from([0, 4]),
+    "inputs": st.one_of(st.none(), st.lists(_T_TENSOR, max_size=2)),
+    "outputs": st.one_of(st.none(), st.lists(_T_TENSOR, max_size=2))})
+_LITERAL_SCALAR = st.one_of(st.none(), st.booleans(), st.integers(-2**80, 2**80), st.just(-0.0),
+                            st.floats(), _CODE_TEXT, st.text())
+_LITERAL = st.recursive(_LITERAL_SCALAR, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                                 st.dictionaries(_CODE_TEXT, inner, max_size=3)),
+                        max_leaves=10)
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "x"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+TEMPLATE_CASES = st.one_of(st.builds(lambda s: {"spec": s}, _TEMPLATE_SPEC),
+                           st.builds(lambda v: {"literal": v}, _LITERAL),
+                           st.builds(lambda n: {"literal": _nested(n)}, st.integers(30, 34)),
+                           st.builds(lambda n: {"power_of_ten": n}, st.sampled_from([4299, 4300, 10_000])))
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal and of the same types all the way down (True is not 1, -0.0 is not 0.0)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return a.hex() == b.hex() if a == a else b != b
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+def _literals(source: str) -> dict[str, Any]:
+    """Every top-level `NAME = <literal>` of a module, evaluated."""
+    import ast
+
+    out: dict[str, Any] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            with contextlib.suppress(ValueError, TypeError, SyntaxError):
+                out[node.targets[0].id] = ast.literal_eval(node.value)
+    return out
+
+
+def _run_literal(value: Any) -> Any:
+    """pyliteral's own promise: the literal, placed in an assignment, parses and evaluates back to the value."""
+    from tritonpkg.repository.templates import pyliteral
+
+    text = pyliteral(value)
+    if not text.isascii():
+        raise Violation(f"template: pyliteral wrote non-ASCII: {text[:200]!r}")
+    got = _literals(f"X = {text}\n").get("X", Violation)
+    if not _same(got, value):
+        raise Violation(f"template: {value!r:.200} came back as {got!r:.200}")
+    return text
+
+
+def _template_spec(case: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = {"name": case["name"], "version": case["version"], "kind": "python",
+                            "target_release": "24.10",
+                            "python": {"template": case["template"], "parameters": case["params"],
+                                       "max_batch_size": case["max_batch_size"]}}
+    if case["weights"] is not None:
+        spec["weights"] = case["weights"]
+    for key in ("inputs", "outputs"):
+        if case[key] is not None:
+            spec["python"][key] = case[key]
+    if "module" in case["params"]:
+        spec["python"]["files"] = [case["params"]["module"]]
+    return spec
+
+
+def _run_template(case: dict[str, Any], root: Path) -> Any:
+    """A python-kind spec whose values reach generated code, packaged (pure: build_models writes nothing); then
+    every template-rendered model.py parses, has its template's statements and carries each value exactly, and
+    every config.pbtxt parses in Triton's protobuf with an ensemble's graph whole."""
+    if "literal" in case:
+        return _run_literal(case["literal"])
+    if "power_of_ten" in case:  # an int past Python's 4300-digit str() limit (not JSON the corpus can hold)
+        return _run_literal(10 ** case["power_of_ten"])
+    from tritonpkg.repository.build import build_models
+    from tritonpkg.spec import load_spec
+
+    spec_case = case["spec"]
+    folder = root / "spec"
+    _write(folder / "tokenizer" / "tokenizer.json", '{"model": {}}')
+    module = spec_case["params"].get("module")
+    if isinstance(module, str) and _inside(folder, module) is not None:
+        _write(folder / module, "def model(inputs):\n    return inputs\n")
+    (folder / "tritonpkg.yaml").write_text(yaml.safe_dump(_template_spec(spec_case), allow_unicode=True), "utf-8",
+                                           "surrogatepass")
+    spec = load_spec(folder)
+    models = build_models(spec)
+    _check_built(spec, models)
+    return models
+
+
+def _type_name(value: int) -> str:
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    return str(mc.DataType.Name(value))
+
+
+def _check_built(spec: Any, models: list[Any]) -> None:
+    from tritonpkg.repository import templates
+    from tritonpkg.repository.config import parse_pbtxt
+
+    configs = {}
+    for m in models:
+        configs[m.name] = parsed = parse_pbtxt(m.files[m.config_path].decode())
+        if parsed.name != m.name:
+            raise Violation(f"template: config.pbtxt names {parsed.name!r}, the model is {m.name!r}")
+        if m.role == "ensemble":
+            continue
+        source = m.files[f"{m.name}/{m.version}/model.py"].decode()
+        if templates.code_shape(source) != list(templates.expected_shape(m.role) or ()):
+            raise Violation(f"template: {m.name}/model.py has statements its template ({m.role}) does not make")
+        values = _literals(source)
+        expected: dict[str, Any] = {"MODEL_NAME": m.name}
+        if m.role == "custom":
+            expected["INPUTS"] = [{"name": t.name, "data_type": _type_name(t.data_type), "dims": list(t.dims),
+                                   "optional": t.optional} for t in parsed.input]
+        if m.role == "tokenizer":
+            expected["INPUT"] = parsed.input[0].name
+            expected["OUTPUTS"] = [t.name for t in parsed.output]
+        if m.role in ("embedding", "scoring"):
+            expected["SETTINGS"] = {**values.get("SETTINGS", {}), "weights": spec.weights_location()}
+        for key, want in expected.items():
+            if not _same(values.get(key), want):
+                raise Violation(f"template: {m.name}/model.py {key} = {values.get(key)!r:.200}, "
+                                f"expected {want!r:.200}")
+    for name, parsed in configs.items():
+        _check_ensemble(name, parsed, configs)
+
+
+def _check_ensemble(name: str, parsed: Any, configs: dict[str, Any]) -> None:
+    """Each step names a model of the package and only its tensors; each tensor a step reads is the ensemble's
+    input or an earlier step's output; each ensemble output is some step's."""
+    if parsed.platform != "ensemble":
+        return
+    known = {t.name for t in parsed.input}
+    for step in parsed.ensemble_scheduling.step:
+        model = configs.get(step.model_name)
+        if model is None:
+            raise Violation(f"template: ensemble {name} steps into {step.model_name!r}, not a model of the package")
+        if not set(step.input_map) <= {t.name for t in model.input} \
+                or not set(step.output_map) <= {t.name for t in model.output}:
+            raise Violation(f"template: ensemble {name} maps tensors {step.model_name} does not have")
+        if not set(step.input_map.values()) <= known:
+            raise Violation(f"template: ensemble {name} reads {sorted(set(step.input_map.values()) - known)} "
+                            "before any step writes it")
+        known |= set(step.output_map.values())
+    missing = sorted({t.name for t in parsed.output} - known)
+    if missing:
+        raise Violation(f"template: ensemble {name} never writes its outputs {missing}")
+
+
+def _template_errors() -> tuple[type[BaseException], ...]:
+    from tritonpkg.errors import PackageError, SpecError
+
+    return (SpecError, PackageError)
+
+
 TARGETS: dict[str, Target] = {}
 
 
@@ -698,6 +897,7 @@ def _targets() -> dict[str, Target]:
             Target("s3", STORAGE_CASES, _run_s3, _storage_errors(), smoke_examples=12),
             Target("hf", HF_CASES, _run_hf, _storage_errors()),
             Target("frontend", FRONTEND_CASES, _run_frontend, ()),
+            Target("template", TEMPLATE_CASES, _run_template, _template_errors()),
             Target("backend", BACKEND_CASES, _run_backend, _backend_errors(), names_it=_names_a_parameter),
         )})
     return TARGETS

@@ -39,3 +39,21 @@ def test_a_hang_is_a_violation(monkeypatch):
     monkeypatch.setattr(harness, "CASE_SECONDS", 0.2)
     with pytest.raises(harness.Violation, match="no answer within"):
         harness.check(target(lambda case, root: time.sleep(5)), None)
+
+
+@pytest.mark.parametrize("case", [{"literal": "a'b"}, {"spec": {
+    "template": "embedding", "name": "m", "version": 1, "weights": "s3://bkt/w'x", "params": {}, "max_batch_size": 0,
+    "inputs": None, "outputs": None}}])
+def test_the_template_target_sees_a_value_that_escapes_its_literal(monkeypatch, case):
+    """A filter that quotes without escaping lets a value end its string early: the target says so."""
+    from tests.fuzz.targets import targets
+    from tritonpkg.repository import templates
+
+    monkeypatch.setattr(templates, "_literal", lambda value, depth: f"'{value}'" if isinstance(value, str)
+                        else repr(value))
+    templates.expected_shape.cache_clear()  # no shape rendered by the broken filter outlives this test
+    try:
+        with pytest.raises(harness.Violation, match="template: "):
+            harness.check(targets()["template"], case)
+    finally:
+        templates.expected_shape.cache_clear()

@@ -53,7 +53,13 @@ def _literal(value: Any, depth: int) -> str:
         return ascii(value)
     if isinstance(value, float) and not math.isfinite(value):
         raise SpecError(f"{value!r} has no Python literal", field="python.parameters", expected="a finite number")
-    if value is None or isinstance(value, (bool, int, float)):
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return repr(value)
+        except ValueError:  # past Python's digit limit (sys.get_int_max_str_digits), which source code has too
+            raise SpecError(f"an integer of {value.bit_length()} bits has no Python literal",
+                            field="python.parameters", expected="an integer of at most 4300 digits") from None
+    if value is None or isinstance(value, (bool, float)):
         return repr(value)
     raise SpecError(f"template parameter value {short_repr(value)} is not a plain literal", field="python.parameters",
                     expected="strings, numbers, booleans, null, lists and mappings")
