@@ -88,6 +88,18 @@ def _usage_error(option: str, message: str) -> typer.Exit:
     return typer.Exit(EXIT_USAGE)
 
 
+def _admin_key(value: str | None) -> str | None:
+    from tritonpkg.errors import TritonpkgError
+    from tritonpkg.runtime import admin
+
+    if not value:
+        return None
+    try:
+        return admin.check_key(value)
+    except TritonpkgError:
+        raise typer.BadParameter("16 to 256 characters of A-Z a-z 0-9 _ - (TRITONPKG_ADMIN_KEY)") from None
+
+
 def _metrics_token(value: str | None) -> str | None:
     if value is not None and not 16 <= len(value) <= 4096:
         raise typer.BadParameter("a bearer token of 16 to 4096 characters (TRITONPKG_METRICS_TOKEN)")
@@ -164,6 +176,10 @@ def serve(
     metrics_token: str | None = typer.Option(
         None, "--metrics-token", envvar="TRITONPKG_METRICS_TOKEN", show_default=False, callback=_metrics_token,
         help="Require `Authorization: Bearer <token>` on the merged /metrics (prefer the environment variable)."),
+    admin_key: str | None = typer.Option(
+        None, "--admin-key", envvar="TRITONPKG_ADMIN_KEY", show_default=False, callback=_admin_key,
+        help="Triton's admin-API key (16-256 of A-Z a-z 0-9 _ -; prefer the environment variable, as a Kubernetes "
+             "pod gets it from its deployment's Secret); default: a new one, in the state directory."),
     api_key: str | None = api_key_option(),
     api_key_file: Path | None = api_key_file_option(),
     max_request_bytes: int = max_request_bytes_option(),
@@ -195,7 +211,7 @@ def serve(
         openai_port=DEFAULT_OPENAI_PORT if openai_port is None else openai_port, openai=openai,
         execution_mode=mode.value if mode else None, state_dir=state_dir, triton=triton,
         weights_root=weights_root, startup_timeout=timeout, install_plugins=plugins,
-        metrics_token=metrics_token or None, on_engine_death=on_engine_death.value,
+        metrics_token=metrics_token or None, on_engine_death=on_engine_death.value, admin_key=admin_key,
         drain_timeout=drain_timeout,
         **{k: v for k, v in (("max_members", max_members), ("max_bytes", max_bytes)) if v is not None})
     _serve_local(options, as_json)
