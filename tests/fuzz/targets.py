@@ -681,6 +681,98 @@ def _run_frontend(case: dict[str, Any], root: Path) -> Any:
     return answer.status_code
 
 
+# -- the OpenAI frontend's request bodies with a model behind it ---------------------------------------------------
+
+SERVED = ("mock_tool_llm", "mock_tool_llm_stream")  # examples/mock-tool-llm, and its streaming twin
+MODEL_BODY_LIMIT = 64 << 10
+_MODEL_BODIES = st.builds(lambda body, model: json.dumps({**body, "model": model}), _BODY,
+                          st.one_of(st.sampled_from(SERVED), st.sampled_from(SERVED), _BODY.map(lambda b: b["model"])))
+_ROUTES = st.sampled_from(["/v1/chat/completions", "/v1/chat/completions", "/v1/completions", "/v1/embeddings",
+                           "/v1/rerank", "/v1/models/mock_tool_llm", "/v1/models"])
+MODEL_FRONTEND_CASES = st.one_of(
+    st.fixed_dictionaries({"route": _ROUTES, "body": st.one_of(_MODEL_BODIES, _MODEL_BODIES, _RAW_BODIES)}),
+    st.fixed_dictionaries({"route": _ROUTES, "prompt_bytes": st.sampled_from([MODEL_BODY_LIMIT - 64,
+                                                                              MODEL_BODY_LIMIT + 1, 4 << 20])}))
+
+
+def _model_body(case: dict[str, Any]) -> str:
+    """The case's body; a `prompt_bytes` one (kept small in the corpus) is a prompt of that many bytes."""
+    if "body" in case:
+        return str(case["body"])
+    return json.dumps({"model": SERVED[0], "prompt": "x" * int(case["prompt_bytes"])})
+
+
+_model_frontend: list[Any] = []
+
+
+def use_model_frontend(url: str) -> None:
+    """Fuzz through this frontend (the test module's own stack) instead of starting one."""
+    _model_frontend[:] = [url]
+
+
+@contextlib.contextmanager
+def model_stack() -> Iterator[str]:
+    """A real tritonserver serving the mock tool LLM (a deterministic Python-backend model that speaks the vLLM
+    backend's I/O) and the toolkit's frontend in front of it (64 KiB bodies); yields the frontend's URL."""
+    import tempfile
+
+    from tests.support.mock_stream import add_streaming_mock
+    from tests.support.paths import EXAMPLES
+    from tritonpkg.frontend import FrontendServer, FrontendSettings
+    from tritonpkg.repository import package_spec
+    from tritonpkg.runtime import TritonServer, ensure_runtime
+    from tritonpkg.spec import load_spec
+
+    with tempfile.TemporaryDirectory(prefix="fuzz-frontend-") as tmp:
+        root = Path(tmp)
+        repo = root / "repository"
+        package_spec(load_spec(EXAMPLES / "mock-tool-llm"), repo)
+        add_streaming_mock(root, repo)
+        with TritonServer(repo, runtime=ensure_runtime(), startup_timeout=180) as server, FrontendServer(
+                FrontendSettings(triton_grpc_url=server.grpc_url, port=0, model_repository=repo,
+                                 triton_admin_key=server.admin_key, max_request_bytes=MODEL_BODY_LIMIT)) as fe:
+            yield str(fe.url)
+
+
+def _model_frontend_url() -> str:
+    if not _model_frontend:
+        import atexit
+
+        stack = model_stack()
+        _model_frontend.append(stack.__enter__())
+        atexit.register(stack.__exit__, None, None, None)
+    return str(_model_frontend[0])
+
+
+def _run_model_frontend(case: dict[str, Any], root: Path) -> Any:
+    """A 2xx, or a 4xx in OpenAI's error shape (a 400 for a JSON object names the field); never a 5xx, also not
+    as an error event inside a stream, and every answer within the bound."""
+    import httpx
+
+    method = "GET" if case["route"].startswith("/v1/models") else "POST"
+    body = _model_body(case)
+    answer = httpx.request(method, _model_frontend_url() + case["route"], timeout=15,
+                           content=body.encode("utf-8", "surrogatepass"), headers={"content-type": "application/json"})
+    if answer.status_code < 400:
+        for line in answer.text.splitlines():
+            if line.startswith("data: {") and '"error"' in line:
+                error = json.loads(line.removeprefix("data: ")).get("error") or {}
+                if not isinstance(error, dict) or int(error.get("code") or 500) >= 500:
+                    raise Violation(f"frontend_model: a stream ended in a server error: {line[:300]}")
+        return answer.status_code
+    try:
+        error = answer.json()["error"]
+        message = error["message"]
+    except (ValueError, KeyError, TypeError):
+        raise Violation(f"frontend_model: {answer.status_code} not in OpenAI's error shape: {answer.text[:300]}") \
+            from None
+    if answer.status_code >= 500:
+        raise Violation(f"frontend_model: {answer.status_code} for a client's body: {message[:300]}")
+    if answer.status_code == 400 and not error.get("param") and _is_object(body):
+        raise Violation(f"frontend_model: a 400 that names no field: {message[:300]}")
+    return answer.status_code
+
+
 # -- template-rendered model.py and ensemble configs ----------------------------------------------------------
 
 _CODE_TEXT = st.one_of(st.sampled_from(['"', "'", '"""', "'" * 3, "\\", "\\x00", "\n", "\r", "\u2028", "\u2029",
@@ -897,6 +989,7 @@ def _targets() -> dict[str, Target]:
             Target("s3", STORAGE_CASES, _run_s3, _storage_errors(), smoke_examples=12),
             Target("hf", HF_CASES, _run_hf, _storage_errors()),
             Target("frontend", FRONTEND_CASES, _run_frontend, ()),
+            Target("frontend_model", MODEL_FRONTEND_CASES, _run_model_frontend, (), smoke_examples=25),
             Target("template", TEMPLATE_CASES, _run_template, _template_errors()),
             Target("backend", BACKEND_CASES, _run_backend, _backend_errors(), names_it=_names_a_parameter),
         )})

@@ -10,17 +10,28 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from tests.fuzz.harness import check, corpus_cases, load_case
-from tests.fuzz.targets import targets, use_s3
+from tests.fuzz.targets import model_stack, targets, use_model_frontend, use_s3
 
 SMOKE_EXAMPLES = int(os.environ.get("TRITONPKG_FUZZ_SMOKE_EXAMPLES", "40"))
 TARGETS = targets()
 
 
+@pytest.fixture(scope="module")
+def served_model():
+    """A real tritonserver with the mock tool LLM and the frontend in front of it, for `frontend_model`."""
+    with model_stack() as url:
+        use_model_frontend(url)
+        yield url
+
+
 @pytest.fixture
 def session_parts(request, name):
-    """The session's shared servers, for the targets that talk to one (a moto S3 for `s3`)."""
+    """The servers a target talks to: the session's moto S3 for `s3`, this module's model stack for
+    `frontend_model`."""
     if name == "s3":
         use_s3(request.getfixturevalue("s3_server"))
+    if name == "frontend_model":
+        request.getfixturevalue("served_model")
 
 
 @pytest.mark.parametrize("name", sorted(TARGETS))
