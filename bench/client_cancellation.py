@@ -110,6 +110,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=240)
     parser.add_argument("--cancel-poll", type=float, default=None,
                         help="the backend's cancel-watch interval in s (TRITONPKG_VLLM_CANCEL_POLL; default: its own)")
+    parser.add_argument("--json", metavar="OUT", help="also write the table's figures here (as JSON)")
     args = parser.parse_args()
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from rich.console import Console
@@ -147,6 +148,12 @@ def main() -> None:
                       f"{min(per_round):.1f}", f"{max(per_round):.1f}",
                       f"{statistics.median(per_round) / (args.max_tokens - CHUNKS_READ):.0%}")
     Console(width=140).print(table)
+    from tritonpkg.benchmarks import results as results_file
+
+    results_file.write(args.json, "bench/client_cancellation.py", {k: v for k, v in vars(args).items() if k != "json"},
+                       {kind: {"median": statistics.median(per_round), "mean": statistics.mean(per_round),
+                               "min": min(per_round), "max": max(per_round), "rounds": per_round}
+                        for kind, values in results.items() for per_round in [values[::args.streams]]})
 
 
 if __name__ == "__main__":

@@ -94,6 +94,7 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, nargs="+", default=[32, 128])
     parser.add_argument("--iters", type=int, default=300)
     parser.add_argument("--weights", help="a BERT checkpoint folder instead of random weights")
+    parser.add_argument("--json", metavar="OUT", help="also write the table's figures here (as JSON)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA device: this benchmark needs a GPU")
@@ -125,6 +126,11 @@ def main() -> int:
             print(f"{n:>6}  {name:<14} {p50:8.3f} {p90:8.3f}")
     print("PASS: graph replay p50 >= 2x lower than eager" if ok
           else "FAIL: graph replay p50 is not 2x lower than eager")
+    from tritonpkg.benchmarks import results
+
+    results.write(args.json, "bench/embeddings_cuda_graphs.py", {k: v for k, v in vars(args).items() if k != "json"},
+                  {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "passed": ok,
+                   "rows": [{"tokens": n, "path": name, "p50_ms": p50, "p90_ms": p90} for n, name, p50, p90 in rows]})
     return 0 if ok else 1
 
 

@@ -4,7 +4,7 @@ p50 and max seconds from the kill until it first said not ready (polled every 50
 restarted model answered again. Baseline: before issue 44 no endpoint ever said not ready (the model stayed
 READY in Triton's "none" mode), so the lag was unbounded.
 
-    .venv/bin/python bench/engine_death.py [--kills 5]
+    .venv/bin/python bench/engine_death.py [--kills 5] [--json OUT]
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=5)
+    parser.add_argument("--json", metavar="OUT", help="also write the table's figures here (as JSON)")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-engine-death-"))
     stack = _start(root, make_tiny_llm(root / "weights"), "restart")
@@ -52,6 +53,16 @@ def main() -> None:
         values = [lag.get(name, float("inf")) for lag in lags]
         print(f"{name:<22} {statistics.median(values):>7.2f} {max(values):>7.2f}")
     print(f"{'answering again':<22} {statistics.median(restarts):>7.1f} {max(restarts):>7.1f}")
+    from tritonpkg.benchmarks import results
+
+    def seconds(values: list[float]) -> dict:  # never (inf) is JSON's null
+        return {k: None if x == float("inf") else x
+                for k, x in (("p50", statistics.median(values)), ("max", max(values)))} | {
+            "kills": [None if x == float("inf") else x for x in values]}
+
+    results.write(args.json, "bench/engine_death.py", {"kills": args.kills}, {
+        "not_ready_after_s": {name: seconds([lag.get(name, float("inf")) for lag in lags]) for name in lags[0]},
+        "answering_again_s": seconds(restarts)})
 
 
 if __name__ == "__main__":

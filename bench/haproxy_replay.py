@@ -5,7 +5,7 @@ unit, in rounds whose leader alternates. The unit is a tiny echo server, so the 
 Two clients per round: one write per request (http.client), and headers then body in two writes (as
 tritonclient sends them), each on a keep-alive connection.
 
-    .venv/bin/python bench/haproxy_replay.py [--rounds 6] [--requests 400]
+    .venv/bin/python bench/haproxy_replay.py [--rounds 6] [--requests 400] [--json OUT]
 """
 
 from __future__ import annotations
@@ -106,6 +106,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--requests", type=int, default=400)
+    ap.add_argument("--json", metavar="OUT", help="also write the table's figures here (as JSON)")
     args = ap.parse_args()
     unit = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
     unit.daemon_threads = True
@@ -128,9 +129,16 @@ def main() -> None:
                 proc.terminate()
                 proc.wait(timeout=10)
     print(f"{'configuration':32} {'client':14} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8}")
+    rows = []
     for (name, how), times in sorted(results.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         q = statistics.quantiles(times, n=100)
         print(f"{name:32} {how:14} {q[49] * 1e3:8.3f} {q[98] * 1e3:8.3f} {len(times) / sum(times):8.0f}")
+        rows.append({"configuration": name, "client": how, "p50_ms": q[49] * 1e3, "p99_ms": q[98] * 1e3,
+                     "req_s": len(times) / sum(times)})
+    from tritonpkg.benchmarks import results as results_file
+
+    results_file.write(args.json, "bench/haproxy_replay.py", {"rounds": args.rounds, "requests": args.requests},
+                       {"rows": rows})
 
 
 if __name__ == "__main__":

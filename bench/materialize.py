@@ -1,7 +1,7 @@
 """Benchmark: `tritonpkg materialize` against `aws s3 cp --recursive` and a plain boto3 `download_file`
 loop, same bucket on one moto server started here, same run; plus the warm re-run against the cold one.
 
-    .venv/bin/python bench/materialize.py [--mib 256] [--files 4] [--rounds 2] [--concurrency 8]
+    .venv/bin/python bench/materialize.py [--mib 256] [--files 4] [--rounds 2] [--concurrency 8] [--json OUT]
 
 moto on loopback is CPU-bound and shares the machine's cores with the client being measured: the figures
 compare the clients under the same constraint, they are not the throughput of a real S3 or FSx link.
@@ -96,6 +96,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--part-size", default="auto")
+    ap.add_argument("--json", metavar="OUT", help="also write the table's figures here (as JSON)")
     args = ap.parse_args()
 
     from rich.console import Console
@@ -159,6 +160,15 @@ def main() -> None:
                       f"sha256 of every byte included); "
                       f"warm re-run by the same timer: {statistics.median(warm_internal) * 1000:.0f} ms = "
                       f"{100 * statistics.median(warm_internal) / statistics.median(internal):.1f}% of cold")
+        from tritonpkg.benchmarks import results
+
+        results.write(args.json, "bench/materialize.py", {k: v for k, v in vars(args).items() if k != "json"}, {
+            "megabytes": total / 1e6, "objects": args.files + 3, "part_size_mib": part_sizes[-1] / MiB,
+            "seconds": {name: statistics.median(values) for name, values in times.items()},
+            "cold_vs_awscli": base / cold, "like_for_like": statistics.median(times[matched]) / cold,
+            "warm_percent_of_cold": {"wall": 100 * statistics.median(times["tritonpkg materialize (warm)"]) / cold,
+                                     "own_timer": 100 * statistics.median(warm_internal) / statistics.median(internal)},
+            "rounds_seconds": times})
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -198,7 +198,8 @@ async def measure(grpc_url: str, frontend_url: str, pids: list[int], args):
     return samples, meters
 
 
-def report(samples: dict[tuple[int, str], list[list[float]]], meters: dict) -> None:
+def report(samples: dict[tuple[int, str], list[list[float]]], meters: dict) -> dict:
+    """Print the tables; -> their figures (for --json)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -209,11 +210,14 @@ def report(samples: dict[tuple[int, str], list[list[float]]], meters: dict) -> N
                   title=f"OpenAI frontend vs Triton gRPC, tiny_llm non-streaming (goal: added p50 <= {GOAL_MS:g} ms)",
                   header_style="bold")
     colour = {"met": "green", "missed": "red", "unsure": "yellow"}
+    figures: dict = {"levels": [], "cpu_ms_per_request": {}}
     for level in LEVELS:
         base_rounds = [[t * 1000 for t in r] for r in samples[(level, BASELINE)]]
         base = np.concatenate(base_rounds)
         b50, b99 = float(np.percentile(base, 50)), float(np.percentile(base, 99))
         table.add_row(str(level), f"{BASELINE} (baseline)", str(base.size), f"{b50:.2f}", f"{b99:.2f}", "", "", "", "")
+        paths: dict[str, dict[str, object]] = {BASELINE: {"requests": int(base.size), "p50_ms": b50, "p99_ms": b99}}
+        figures["levels"].append({"concurrency": level, "paths": paths})
         for name in (SHARED, FRONTEND):
             rounds = [[t * 1000 for t in r] for r in samples[(level, name)]]
             times = np.concatenate(rounds)
@@ -223,6 +227,10 @@ def report(samples: dict[tuple[int, str], list[list[float]]], meters: dict) -> N
                           f"{np.percentile(times, 99):.2f}",
                           f"{shift.value:+.2f}", f"{shift.low:+.2f} .. {shift.high:+.2f}",
                           f"[{colour[verdict]}]{verdict}[/]", f"{np.percentile(times, 99) - b99:+.2f}")
+            paths[name] = {"requests": int(times.size), "p50_ms": float(np.percentile(times, 50)),
+                           "p99_ms": float(np.percentile(times, 99)), "added_p50_ms": shift.value,
+                           "interval": [shift.low, shift.high], "goal": verdict,
+                           "added_p99_ms": float(np.percentile(times, 99)) - b99}
     Console(width=160).print(table)
     Console(width=160).print("95% interval: bootstrap over the alternating rounds (tritonpkg.benchmarks.shift); "
                              "the goal is met or missed when the whole interval is, else unsure.")
@@ -236,7 +244,10 @@ def report(samples: dict[tuple[int, str], list[list[float]]], meters: dict) -> N
             if seconds * 1000 >= 0.01:
                 cpu.add_row(name, role, f"{seconds * 1000:.2f}")
         cpu.add_row(name, "[bold]all[/]", f"[bold]{sum(s for _, s in rows) * 1000:.2f}[/]", end_section=True)
+        figures["cpu_ms_per_request"][name] = {"by_process": {role: s * 1000 for role, s in rows},
+                                               "all": sum(s for _, s in rows) * 1000}
     Console(width=140).print(cpu)
+    return {"concurrency_of_cpu": level, **figures}
 
 
 def main() -> None:
@@ -247,6 +258,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=4)
     parser.add_argument("--triton-grpc", help="a running Triton serving tiny_llm (else one is started)")
     parser.add_argument("--repo", type=Path, help="that Triton's model repository (with --triton-grpc)")
+    parser.add_argument("--json", metavar="OUT", help="also write the table's figures here (as JSON)")
     args = parser.parse_args()
 
     with contextlib.ExitStack() as stack:
@@ -264,7 +276,11 @@ def main() -> None:
         frontend_url, frontend_pid = stack.enter_context(frontend_process(grpc_url, repo, key))
         pids = [frontend_pid] + ([triton.pid] if not args.triton_grpc else [])
         samples, meters = asyncio.run(measure(grpc_url, frontend_url, pids, args))
-    report(samples, meters)
+    from tritonpkg.benchmarks import results
+
+    results.write(args.json, "bench/openai_frontend.py",
+                  {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "json"},
+                  report(samples, meters))
 
 
 if __name__ == "__main__":

@@ -165,6 +165,7 @@ def main() -> None:
     ap.add_argument("--docs", type=int, nargs="+", default=[5, 25, 50])
     ap.add_argument("--tokens", type=int, default=512, help="tokens of each (query, document) pair")
     ap.add_argument("--settle", type=float, default=1.5, help="idle seconds after every call (0: back to back)")
+    ap.add_argument("--json", metavar="OUT", help="also write the table's figures here (as JSON)")
     args = ap.parse_args()
 
     from rich.console import Console
@@ -197,6 +198,7 @@ def main() -> None:
                     "interleaved (ratio = tritonpkg vs that system; >1 = tritonpkg faster)")
     for col in ("documents", "system", "p50 ms", "p90 ms", "ratio (p50)", "max |score - floor|"):
         t.add_column(col, justify="left" if col == "system" else "right")
+    rows = []
     for n, by_system in results:
         ours = statistics.median(by_system[Tritonpkg.name][0])
         floor_scores = by_system[Floor.name][1]
@@ -205,7 +207,15 @@ def main() -> None:
             ratio = "" if name == Tritonpkg.name else f"{p['p50_ms'] / (ours * 1e3):.2f}x"
             diff = "" if name == Floor.name else f"{np.abs(np.asarray(scores) - floor_scores).max():.1e}"
             t.add_row(str(n), name, f"{p['p50_ms']:.1f}", f"{p['p90_ms']:.1f}", ratio, diff)
+            rows.append({"documents": n, "system": name, "p50_ms": p["p50_ms"], "p90_ms": p["p90_ms"],
+                         "ratio": None if name == Tritonpkg.name else p["p50_ms"] / (ours * 1e3),
+                         "max_score_diff": None if name == Floor.name
+                         else float(np.abs(np.asarray(scores) - floor_scores).max())})
     console.print(t)
+    from tritonpkg.benchmarks import results as results_file
+
+    results_file.write(args.json, "bench/rerank.py", {k: v for k, v in vars(args).items() if k != "json"},
+                       {"rows": rows})
 
 
 if __name__ == "__main__":

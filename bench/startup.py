@@ -90,6 +90,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pad-mib", type=int, default=400, help="extra MiB under the weights prefix")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--json", metavar="OUT", help="also write the table's figures here (as JSON)")
     args = parser.parse_args()
 
     from rich.console import Console
@@ -138,6 +139,13 @@ def main() -> None:
     console.print(f"downloading at start-up adds {download - med('materialized', 'weights'):.1f} s "
                   f"({size / MiB / max(download, 1e-9):.0f} MiB/s from this endpoint); a materialized start "
                   f"checks the READY marker in {med('materialized', 'weights') * 1000:.0f} ms", highlight=False)
+    from tritonpkg.benchmarks import results
+
+    results.write(args.json, "bench/startup.py", {"pad_mib": args.pad_mib, "rounds": args.rounds}, {
+        "weights_mib": size / MiB,
+        "cases": {case: {"weights_s": med(case, "weights"), "triton_s": med(case, "triton"),
+                         "total_s": med(case, "total"), "vs_materialized": med(case, "total") / base}
+                  for case in runs}})
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ count, so tokens/s compares like with like.
 
     .venv/bin/python bench/vllm_serving.py [--requests-per-round 16] [--rounds 6] [--max-tokens 64]
     .venv/bin/python bench/vllm_serving.py --against-env TRITONPKG_VLLM_STEP_CANCEL=0   # tritonpkg vs itself
+    .venv/bin/python bench/vllm_serving.py --json bench/results/vllm_serving.json         # also the figures as JSON
 
 Prints a rich table; goal: Triton >= 0.9x vLLM's throughput and <= 1.1x its TTFT. A second table shows
 where the CPU went at 16 streams: each server's processes and this client, in CPU ms per output token
@@ -238,6 +239,7 @@ def main() -> None:
     parser.add_argument("--against-env", metavar="KEY=VALUE",
                         help="compare tritonpkg with itself instead of `vllm serve`: the second server is tritonpkg's "
                              "with KEY=VALUE in its environment (e.g. TRITONPKG_VLLM_STEP_CANCEL=0)")
+    parser.add_argument("--json", metavar="OUT", help="also write the tables' figures here (as JSON)")
     args = parser.parse_args()
     if args.against_env and "=" not in args.against_env:
         parser.error("--against-env: expected KEY=VALUE")
@@ -288,6 +290,31 @@ def main() -> None:
         cpu.add_row(name, "[bold]all of the above[/]", f"[bold]{sum(ms for _, ms in row['cpu_ms_per_token']):.3f}[/]")
         cpu.add_row(name, "wall time x cores", f"{row['wall_cpu_ms_per_token']:.3f}", end_section=True)
     Console().print(cpu)
+    from tritonpkg.benchmarks import results
+
+    results.write(args.json, "bench/vllm_serving.py", {k: v for k, v in vars(args).items() if k != "json"},
+                  figures(measured, names))
+
+
+def figures(measured: dict[str, dict[int, dict]], names: dict[str, str]) -> dict:
+    """The two tables as JSON: per level each server's tok/s and TTFT (ms) with the ratios, and at the top level
+    the CPU ms per output token by process."""
+    triton, other = measured["triton"], measured["vllm"]
+    levels = []
+    for level in LEVELS:
+        t, v = triton[level], other[level]
+        levels.append({"concurrency": level, "tok_s": {"triton": t["tok_s"], "other": v["tok_s"]},
+                       "tok_s_ratio": t["tok_s"] / v["tok_s"],
+                       "ttft_p50_ms": {"triton": t["ttft_p50"] * 1e3, "other": v["ttft_p50"] * 1e3},
+                       "ttft_p99_ms": {"triton": t["ttft_p99"] * 1e3, "other": v["ttft_p99"] * 1e3},
+                       "ttft_p50_ratio": t["ttft_p50"] / v["ttft_p50"]})
+    cpu = {}
+    for kind, name in names.items():
+        row = measured[kind][LEVELS[-1]]
+        cpu[kind] = {"name": name, "by_process": dict(row["cpu_ms_per_token"]),
+                     "all": sum(ms for _, ms in row["cpu_ms_per_token"]),
+                     "wall_x_cores": row["wall_cpu_ms_per_token"]}
+    return {"other": names["vllm"], "levels": levels, "cpu_ms_per_token": {"concurrency": LEVELS[-1], **cpu}}
 
 
 if __name__ == "__main__":

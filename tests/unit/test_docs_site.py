@@ -1,6 +1,6 @@
 """The docs site builds with `mkdocs build --strict` (a broken link, a missing page or anchor fails it), its
-pictures are there, and the benchmark plots are what docs/bench/figures.json draws: regenerated in memory
-they equal the files on disk (fix: `.venv/bin/python scripts/gen_docs.py --pictures`)."""
+pictures are there, and the benchmark plots are what the benches' results files (bench/results/*.json) draw:
+regenerated they equal the files on disk (fix: `.venv/bin/python scripts/gen_docs.py --pictures`)."""
 
 from __future__ import annotations
 
@@ -41,15 +41,19 @@ def test_pictures_are_there() -> None:
         assert "Generated with Rich" in p.read_text(encoding="utf-8"), f"{p.name} is not rich's own SVG export"
 
 
-def test_benchmark_plots_match_their_figures(tmp_path: Path) -> None:
+def test_benchmark_plots_match_their_results(tmp_path: Path) -> None:
     matplotlib = pytest.importorskip("matplotlib")
-    from tritonpkg.devtools.doc_pictures import plots
+    from tritonpkg.devtools.bench_plots import plots
 
-    drawn_with = re.search(r"matplotlib ([^<\s]+)", (IMG / "bench-omp-spin.svg").read_text(encoding="utf-8"))
-    version = drawn_with.group(1) if drawn_with else None
-    if version != matplotlib.__version__:
-        pytest.skip(f"the plots were drawn with matplotlib {version}, this is {matplotlib.__version__}: "
+    on_disk = sorted(IMG.glob("bench-*.svg"))
+    drawn_with = {m.group(1) for p in on_disk
+                  if (m := re.search(r"matplotlib ([^<\s]+)", p.read_text(encoding="utf-8")))}
+    if drawn_with != {matplotlib.__version__}:
+        pytest.skip(f"the plots were drawn with matplotlib {drawn_with}, this is {matplotlib.__version__}: "
                     "SVG bytes differ between versions")
-    for path in plots(ROOT, tmp_path):
+    drawn = plots(ROOT, tmp_path)
+    assert sorted(p.name for p in drawn) == [p.name for p in on_disk], \
+        "docs/img/bench-*.svg are not the plots of bench/results/: run scripts/gen_docs.py --pictures"
+    for path in drawn:
         assert filecmp.cmp(path, IMG / path.name, shallow=False), \
-            f"{path.name} differs from figures.json's plot: run scripts/gen_docs.py --pictures"
+            f"{path.name} differs from its results file's plot: run scripts/gen_docs.py --pictures"

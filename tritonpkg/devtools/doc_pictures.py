@@ -4,7 +4,8 @@
   a scratch folder), with rich told the output is a colour terminal that is not interactive
   (`TTY_COMPATIBLE=1`, `TTY_INTERACTIVE=0`: colours and tables, no live spinners); the captured text is
   printed into rich's own recording console and saved with `Console.save_svg`.
-- Benchmark plots (matplotlib, SVG) from the benches' recorded figures in docs/bench/figures.json.
+- Benchmark plots (matplotlib, SVG) from the benches' own results files, bench/results/*.json
+  (tritonpkg/devtools/bench_plots.py).
 
 Captured: package, validate with a finding, compat, serve's start-up (examples/sentiment-custom, a
 Python-backend model that is ready in seconds; stopped with SIGINT once ready), deploy (two versions on the
@@ -14,7 +15,6 @@ local target, the second shifted red-black) and status; the deployment is torn d
 from __future__ import annotations
 
 import io
-import json
 import os
 import re
 import shutil
@@ -151,97 +151,8 @@ def _deploy_captures(root: Path, work: Path, img: Path) -> list[Path]:
     return written
 
 
-def plots(root: Path, img: Path) -> list[Path]:
-    """Benchmark plots from docs/bench/figures.json (SVG, no timestamps, fixed hash salt)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    plt.rcParams.update({"svg.hashsalt": "tritonpkg-docs", "svg.fonttype": "path", "font.size": 10})
-    figures = json.loads((root / "docs" / "bench" / "figures.json").read_text())
-    meta: dict[str, object] = {"Date": None,
-                              "Creator": f"tritonpkg/devtools/doc_pictures.py, matplotlib {matplotlib.__version__}"}
-    img.mkdir(parents=True, exist_ok=True)
-    written = []
-
-    c = figures["cancel_poll"]
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
-    x = range(len(c["streams"]))
-    for i, run in enumerate(c["runs"]):
-        off = -0.15 + 0.3 * i
-        a1.bar([v + off for v in x], [s / b for s, b in zip(run["tok_s_step"], run["tok_s_send"], strict=True)],
-               width=0.28, label=run["name"])
-        a2.bar([v + off for v in x],
-               [s / b for s, b in zip(run["ttft_p50_step"], run["ttft_p50_send"], strict=True)],
-               width=0.28, label=run["name"])
-    for ax, title in ((a1, "tokens/s, per-step poll / per-send poll"), (a2, "TTFT p50, per-step / per-send")):
-        ax.axhline(1.0, color="grey", lw=0.8)
-        ax.set_xticks(list(x), [f"{s} stream{'s' if s > 1 else ''}" for s in c["streams"]])
-        ax.set_title(title)
-        ax.set_ylim(0, 1.4)
-        ax.legend(loc="lower right")
-    fig.suptitle("Cancellation poll once per engine step vs before each send (ratio, 1.0 = same)")
-    fig.tight_layout()
-    written.append(_save(fig, img / "bench-cancel-poll.svg", meta))
-
-    c = figures["cpu_per_token"]
-    fig, ax = plt.subplots(figsize=(8, 3.6))
-    names = ["Triton path", "vllm serve"]
-    bottoms = [0.0, 0.0]
-    for i, proc in enumerate(c["processes"]):
-        vals = [c["triton"][i], c["vllm_serve"][i]]
-        ax.barh(names, vals, left=bottoms, label=proc)
-        bottoms = [b + v for b, v in zip(bottoms, vals, strict=True)]
-    for i, total in enumerate(bottoms):
-        ax.text(total + 0.02, i, f"{total:.3f} ms", va="center")
-    ax.set_xlabel("CPU ms per output token (16 streams x 64 tokens)")
-    ax.set_xlim(0, max(bottoms) * 1.2)
-    ax.legend(ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.25), frameon=False)
-    ax.set_title("Where the CPU goes per token, by process")
-    fig.tight_layout()
-    written.append(_save(fig, img / "bench-cpu-per-token.svg", meta))
-
-    c = figures["omp_spin"]
-    fig, ax = plt.subplots(figsize=(8, 3.6))
-    n = len(c["series"])
-    for i, (label, vals) in enumerate(c["series"].items()):
-        ax.bar([v + (i - (n - 1) / 2) * 0.27 for v in range(len(c["tokens"]))], vals, width=0.26, label=label)
-    ax.set_xticks(range(len(c["tokens"])), [f"{t} tokens" for t in c["tokens"]])
-    ax.set_yscale("log")
-    ax.set_ylabel("p50 ms (log)")
-    ax.set_title("Served MiniLM embedding, batch 1")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    written.append(_save(fig, img / "bench-omp-spin.svg", meta))
-
-    c = figures["materialize"]
-    fig, ax = plt.subplots(figsize=(8, 3.6))
-    for i in range(len(c["sizes"])):
-        for j, (key, label) in enumerate((("cold_vs_awscli", "cold, vs awscli's defaults"),
-                                          ("like_for_like", "like for like (same parts)"))):
-            vals = c[key][i]
-            xs = [i * 3 + j + k * 0.12 for k in range(len(vals))]
-            ax.scatter(xs, vals, color=f"C{j}", label=label if i == 0 else None, zorder=3)
-    ax.axhline(1.0, color="grey", lw=0.8)
-    ax.set_xticks([0.15, 3.15], c["sizes"])
-    ax.set_yscale("log")
-    ax.set_ylabel("speed vs awscli (x, log)")
-    ax.set_title("tritonpkg materialize vs aws s3 cp, one point per run")
-    ax.legend()
-    fig.tight_layout()
-    written.append(_save(fig, img / "bench-materialize.svg", meta))
-    return written
-
-
-def _save(fig: object, path: Path, meta: dict[str, object]) -> Path:
-    import matplotlib.pyplot as plt
-
-    fig.savefig(path, format="svg", metadata=meta)  # type: ignore[attr-defined]
-    plt.close(fig)  # type: ignore[arg-type]
-    return path
-
-
 def generate(root: Path) -> list[Path]:
+    from tritonpkg.devtools.bench_plots import plots
+
     img = root / "docs" / "img"
     return plots(root, img) + captures(root, img)
