@@ -25,6 +25,7 @@ class ContractTensor(BaseModel):
     dims: tuple[int, ...]
     optional: bool = False
     nvidia_since: str | None = None  # the first NVIDIA release whose vLLM backend accepts it
+    toolkit_only: bool = False  # NVIDIA's backend has no tensor of that name: a config declaring it needs the toolkit's
 
     def accepted_by(self, release: str) -> bool:
         return self.nvidia_since is None or _release(release) >= _release(self.nvidia_since)
@@ -81,6 +82,10 @@ class VllmContract(BaseModel):
 
         return [by_name[n] for n in io.inputs if keep(n)], [by_name[n] for n in io.outputs if keep(n)]
 
+    def toolkit_only(self) -> frozenset[str]:
+        """Names of the tensors only the toolkit's backend has (a config.pbtxt declaring one needs that backend)."""
+        return frozenset(t.name for t in (*self.inputs, *self.outputs) if t.toolkit_only)
+
     def flags_for(self, outputs: tuple[str, ...]) -> tuple[str, ...]:
         """The return_* inputs that ask for `outputs`, in that order."""
         by_output = {output: flag for flag, output in self.return_flags.items()}
@@ -97,6 +102,11 @@ def contract_path() -> Path:
 
 def load() -> VllmContract:
     return _load(contract_path())
+
+
+def load_toolkit() -> VllmContract:
+    """The toolkit's own backend's contract, whatever backend directory TRITONPKG_BACKENDS names."""
+    return _load(paths._asset("backends") / "vllm" / "io_contract.json")
 
 
 @cache

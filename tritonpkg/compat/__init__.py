@@ -161,6 +161,33 @@ def feature_holds(feature: str, vllm: Version) -> tuple[bool, str] | None:
     return None
 
 
+TOOLKIT_BACKEND = "toolkit_backend"
+
+
+def toolkit_backend_range() -> SpecifierSet:
+    """The vLLM the toolkit's own backend (backends/vllm) can run on: above every toolkit_features row of it marked
+    `refused` (a vLLM it cannot import on). Rows merely not proved are not refused."""
+    floors = [Version(r["vllm_before"]) for r in toolkit_features()
+              if r["feature"] == TOOLKIT_BACKEND and r.get("refused") and r["vllm_before"] is not None]
+    return SpecifierSet(f">={max(floors)}") if floors else SpecifierSet()
+
+
+def toolkit_backend_refusal(release: str) -> str | None:
+    """The one line `validate -r`, `package` and `serve --target-release` give when the toolkit's backend would run
+    on a release whose vLLM is outside toolkit_backend_range(); None when it is inside (or not published: that gap
+    is validate's target.unknown warning)."""
+    vllm = get_release(release).vllm_base
+    supported = toolkit_backend_range()
+    if vllm is None or supported.contains(vllm, prereleases=True):
+        return None
+    why = next(r["why"] for r in toolkit_features() if r["feature"] == TOOLKIT_BACKEND and r.get("refused")
+               and vllm >= Version(r["vllm_from"]) and vllm < Version(r["vllm_before"]))
+    within = [r.release for r in releases() if r.vllm_base is not None and supported.contains(r.vllm_base, True)]
+    where = f"one of {', '.join(within)}" if within else "none of the matrix's releases does yet"
+    return (f"release {release} runs vLLM {vllm}, but the toolkit's vLLM backend needs vLLM {supported} ({why}): "
+            f"target a release whose vLLM is {supported} ({where}), or use NVIDIA's backend (config.pbtxt with "
+            "only the inputs and outputs NVIDIA's backend has)")
+
 Device = Literal["gpu", "cpu"]
 
 

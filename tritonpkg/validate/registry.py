@@ -24,6 +24,7 @@ from tritonpkg.validate.rules import (
     schedulers,
     templates,
     tensors,
+    toolkit_backend,
     versions,
 )
 
@@ -44,7 +45,8 @@ def auto_complete(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
 
 MODEL_RULES = [config_syntax, auto_complete, *layout.RULES, *versions.RULES, *backend.RULES, *checkpoints.RULES,
                *tensors.RULES, *batching.RULES, *schedulers.RULES, *instances.RULES, *ensemble.RULES,
-               *engine_args.RULES, *lora.RULES, *defects.RULES, *runtime.RULES, *templates.RULES, *openai_parsers.RULES]
+               *engine_args.RULES, *toolkit_backend.RULES, *lora.RULES, *defects.RULES, *runtime.RULES,
+               *templates.RULES, *openai_parsers.RULES]
 REPO_RULES = [*runtime.REPO_RULES, *plugins.REPO_RULES, *lora.REPO_RULES]
 
 
