@@ -13,6 +13,7 @@ from tritonpkg.cli import (
     demo_cmd,
     deploy_cmd,
     frontend_cmd,
+    image_cmd,
     materialize_cmd,
     package_cmd,
     runtime_cmd,
@@ -43,6 +44,7 @@ app.add_typer(compat_cmd.app, name="compat")
 app.add_typer(runtime_cmd.app, name="runtime")
 app.add_typer(materialize_cmd.app, name="materialize")
 app.add_typer(bench_cmd.app, name="bench")
+app.add_typer(image_cmd.app, name="image")
 
 
 def main() -> None:
