@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -54,15 +55,21 @@ def test_kubernetes_dry_run_writes_validated_manifests(write_spec, tmp_path):
     pytest.importorskip("kubernetes_validate")
     src = spec(write_spec, "a", 1, X, weights="s3://models/m", )
     out = tmp_path / "manifests"
-    res = runner.invoke(app, ["deploy", src, "--target", "kubernetes", "--dry-run", "-o", str(out),
-                              "--state", str(tmp_path / "state"), "--json"])
+    args = ["deploy", src, "--target", "kubernetes", "--dry-run", "-o", str(out), "--state", str(tmp_path / "state"),
+            "--json"]
+    refused = runner.invoke(app, args)
+    assert refused.exit_code == 1 and "--package-store" in refused.output and not out.exists()
+    res = runner.invoke(app, [*args, "--package-store", "s3://packages/releases"])
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     assert data["plan"]["strategy"] == "red-black"
-    assert sorted(p.name for p in out.iterdir()) == ["configmap-m-blue-repository.yaml", "deployment-m-blue.yaml",
-                                                      "httproute-m.yaml", "secret-m-triton-admin.yaml",
-                                                      "service-m-blue.yaml"]
-    assert len(data["validated"]) == 5
+    assert sorted(p.name for p in out.iterdir()) == ["deployment-m-blue.yaml", "httproute-m.yaml", "m-v1.tar.gz",
+                                                      "secret-m-triton-admin.yaml", "service-m-blue.yaml"]
+    assert len(data["validated"]) == 4
+    sha = hashlib.sha256((out / "m-v1.tar.gz").read_bytes()).hexdigest()
+    assert data["archive"] == f"s3://packages/releases/m/{sha[:16]}/m-v1.tar.gz"
+    fetch = yaml.safe_load((out / "deployment-m-blue.yaml").read_text())["spec"]["template"]["spec"]["initContainers"]
+    assert fetch[0]["args"][2] == data["archive"].rsplit("/", 1)[0]
     assert all(p.stat().st_mode & 0o077 == 0 for p in out.iterdir())  # the Secret's key: owner only
     secret = yaml.safe_load((out / "secret-m-triton-admin.yaml").read_text())
     assert len(secret["stringData"]["admin-key"]) >= 32

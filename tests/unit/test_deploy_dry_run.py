@@ -57,14 +57,17 @@ def dry_runs(spec: str, state: list[str], out_root: Path) -> dict[tuple[str, str
         for strategy in STRATEGIES:
             out = out_root / f"{target}-{strategy}"
             res = runner.invoke(app, ["deploy", spec, "--target", target, "--strategy", strategy, "--dry-run",
-                                      "-o", str(out), "--adapter-grace", "10", "--json", *state])
+                                      "-o", str(out), "--adapter-grace", "10", "--json",
+                                      "--package-store", "s3://packages/releases", *state])
             if res.exit_code == 1 and "not an adapter rollout" in res.output:
                 seen[strategy, target] = {"refused": res.output}
                 continue
             assert res.exit_code == 0, (strategy, target, res.output)
             seen[strategy, target] = json.loads(res.output)["plan"]
             if target == "kubernetes":
-                assert any(p.name.startswith("configmap-") for p in out.iterdir()), list(out.iterdir())
+                unit = seen[strategy, target]["steps"][0]["unit"]
+                names = {p.name for p in out.iterdir()}  # the unit's manifests and the archive its pods fetch
+                assert f"deployment-{unit}.yaml" in names and any(n.endswith(".tar.gz") for n in names), names
             else:
                 assert not out.exists()  # -o names the Kubernetes manifests: the local target has none
     return seen

@@ -1,20 +1,31 @@
-"""The kubernetes target without a cluster: generated manifests validated against the real schemas,
-and the exact sequence of client calls the executor makes, recorded by a fake of the official client
-(the one fake in these tests: no API server can run here)."""
+"""The kubernetes target without a cluster: generated manifests validated against the real schemas and this
+target's rules (1 MiB, no host path), the archive put into a real S3 API (moto), and the exact sequence of
+client calls the executor makes, recorded by a fake of the official client (the one fake in these tests: no
+API server can run here)."""
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import types
 
 import pytest
 
 from tritonpkg.deploy.drivers import kubernetes as k8s
+from tritonpkg.deploy.drivers import package_store
 from tritonpkg.deploy.executor import Executor, Release
 from tritonpkg.deploy.plan import Unit
 from tritonpkg.deploy.state import StateStore
+from tritonpkg.errors import TritonpkgError
+from tritonpkg.image import default_tag
+from tritonpkg.spec import Autoscaling, Volume
 
 pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate")
+
+STORE_BUCKET = "packages"
+STORE = f"s3://{STORE_BUCKET}/releases"
+ARCHIVE = package_store.archive_ref(STORE, "m", 1, "ab" * 32)
 
 
 class ApiError(Exception):
@@ -33,11 +44,15 @@ class FakeCluster:
         self.objects: dict[tuple[str, str], dict] = {}
         self.never_ready = set(never_ready)
         self.apps, self.core, self.custom = (types.SimpleNamespace() for _ in range(3))
-        for api, kinds in ((self.apps, ["deployment"]), (self.core, ["config_map", "service", "secret"])):
+        self.autoscaling = types.SimpleNamespace()
+        for api, kinds in ((self.apps, ["deployment"]), (self.core, ["config_map", "service", "secret"]),
+                           (self.autoscaling, ["horizontal_pod_autoscaler"])):
             for kind in kinds:
                 setattr(api, f"create_namespaced_{kind}", self._create(kind))
                 setattr(api, f"replace_namespaced_{kind}", self._replace(kind))
                 setattr(api, f"delete_namespaced_{kind}", self._delete(kind))
+        self.autoscaling.read_namespaced_horizontal_pod_autoscaler = self._read_hpa
+        self.autoscaling.patch_namespaced_horizontal_pod_autoscaler = self._patch_hpa
         self.apps.read_namespaced_deployment_status = self._status
         self.apps.patch_namespaced_deployment_scale = self._scale
         self.custom.patch_namespaced_custom_object = self._patch_route
@@ -73,6 +88,20 @@ class FakeCluster:
         return types.SimpleNamespace(spec=types.SimpleNamespace(replicas=want),
                                      status=types.SimpleNamespace(ready_replicas=ready))
 
+    def _read_hpa(self, name, namespace):
+        self.calls.append(("read_hpa", name))
+        hpa = self.objects.get(("horizontal_pod_autoscaler", name))
+        if hpa is None:
+            raise ApiError(404)
+        return types.SimpleNamespace(  # as the client answers: attributes in snake case
+            metadata=types.SimpleNamespace(annotations=hpa["metadata"].get("annotations")),
+            spec=types.SimpleNamespace(min_replicas=hpa["spec"]["minReplicas"],
+                                       max_replicas=hpa["spec"]["maxReplicas"]))
+
+    def _patch_hpa(self, name, namespace, body):
+        self.calls.append(("patch_hpa", f"{name} min={body['spec']['minReplicas']}"))
+        self.objects[("horizontal_pod_autoscaler", name)]["spec"].update(body["spec"])
+
     def _scale(self, name, namespace, body):
         self.calls.append(("scale_deployment", f"{name}={body['spec']['replicas']}"))
         self.objects[("deployment", name)]["spec"]["replicas"] = body["spec"]["replicas"]
@@ -104,30 +133,61 @@ def release(tmp_path, version: int, **kw) -> Release:
                    weights="s3://models/m/rev1", strategy="red-black", **kw)
 
 
+@pytest.fixture
+def store(s3_env):
+    """The package store: a bucket of the real S3 API (moto), empty for each test."""
+    s3 = s3_env.client()
+    if STORE_BUCKET in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
+        for obj in s3.list_objects_v2(Bucket=STORE_BUCKET).get("Contents", []):
+            s3.delete_object(Bucket=STORE_BUCKET, Key=obj["Key"])
+    else:
+        s3.create_bucket(Bucket=STORE_BUCKET)
+    return s3
+
+
 def executor(tmp_path, cluster):
-    driver = k8s.KubernetesDriver(cluster.apps, cluster.core, cluster.custom, namespace="serving", poll_s=0,
-                                  ready_timeout=0)
+    driver = k8s.KubernetesDriver(cluster.apps, cluster.core, cluster.custom, cluster.autoscaling,
+                                  namespace="serving", poll_s=0, ready_timeout=0, package_store=STORE)
     return Executor(StateStore(tmp_path / "state.db"), driver, dwell_s=0)
 
 
-def test_manifests_validate_against_the_kubernetes_schemas(tmp_path):
-    rel = release(tmp_path, 1, gpus=1)
-    cm, dep, svc = k8s.unit_manifests("m", Unit(name="m-blue", version=1, color="blue", replicas=2),
-                                      repository=rel.repository, weights=rel.weights, gpus=1)
+def pod_of(deployment):
+    return deployment["spec"]["template"]["spec"]
+
+
+def test_manifests_validate_against_the_kubernetes_schemas():
+    scaling = Autoscaling(min_replicas=2, max_replicas=6, target_average=1.5)
+    dep, svc, hpa = k8s.unit_manifests("m", Unit(name="m-blue", version=1, color="blue", replicas=2),
+                                       archive=ARCHIVE, gpus=1, autoscaling=scaling,
+                                       volumes=[Volume(claim="fsx-models", mount="/mnt/fsx")])
     route = k8s.route_manifest("m", weights={"m-blue": 90, "m-green": 10}, versions={"2": "m-v2"}, alias="m-v2")
-    lines = k8s.validate([cm, dep, svc, route])
-    assert len(lines) == 4 and "kubernetes-validate" in lines[0] and "checked-in Gateway API" in lines[3]
-    pod = dep["spec"]["template"]["spec"]
-    triton = pod["containers"][0]
-    assert triton["readinessProbe"]["httpGet"]["path"] == "/v2/models/m/ready"
-    assert triton["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
-    # a dead engine's model unloads itself (explicit mode, every model loaded); the drain fits the grace
-    assert {"--model-control-mode=explicit", "--load-model=*", "--exit-timeout-secs=20"} <= set(triton["args"])
+    lines = k8s.validate([dep, svc, hpa, route])
+    assert len(lines) == 4 and "kubernetes-validate" in lines[0] and "no host path" in lines[0]
+    assert "HorizontalPodAutoscaler/m-blue: valid" in lines[2] and "checked-in Gateway API" in lines[3]
+    pod = pod_of(dep)
+    fetch, = pod["initContainers"]
+    serve, = pod["containers"]
+    # the archive, fetched by the start procedure from the store, never carried by an API object
+    assert fetch["args"][:3] == ["materialize", "copy", f"{STORE}/m/{'ab' * 8}"]
+    assert serve["command"] == ["tritonpkg"]
+    assert serve["args"][:2] == ["serve", f"/package/package/{'ab' * 8}/m-v1.tar.gz"]
+    assert {"--on-engine-death", "exit", "--openai-port", "9000"} <= set(serve["args"])
+    assert fetch["image"] == serve["image"] == default_tag("24.10")  # the toolkit image of the release
+    for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+        assert serve[probe]["httpGet"]["port"] == "openai"
+    assert serve["readinessProbe"]["httpGet"]["path"] == "/health/ready"
+    assert serve["livenessProbe"]["httpGet"]["path"] == "/health/live"
     assert pod["terminationGracePeriodSeconds"] == 30
-    assert triton["resources"]["limits"] == {"nvidia.com/gpu": "1"}
-    assert pod["initContainers"][0]["args"][:3] == ["tritonpkg", "materialize", "copy"]
-    assert {i["path"] for i in pod["volumes"][0]["configMap"]["items"]} == {"m/config.pbtxt", "m/1/model.py"}
-    assert dep["spec"]["replicas"] == 2 and triton["image"] == "nvcr.io/nvidia/tritonserver:24.10-vllm-python-py3"
+    assert serve["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert {"name": "volume-0", "mountPath": "/mnt/fsx", "readOnly": True} in serve["volumeMounts"]
+    assert {"name": "volume-0", "persistentVolumeClaim": {"claimName": "fsx-models", "readOnly": True}} in \
+        pod["volumes"]
+    assert not any("configMap" in v or "hostPath" in v for v in pod["volumes"])
+    assert {"name": "openai", "port": 9000, "targetPort": "openai"} in svc["spec"]["ports"]
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "m-blue"}
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 6)
+    assert hpa["spec"]["metrics"] == [{"type": "Pods", "pods": {
+        "metric": {"name": "vllm_num_requests_waiting"}, "target": {"type": "AverageValue", "averageValue": "1500m"}}}]
     default = route["spec"]["rules"][-1]["backendRefs"]
     assert default == [{"name": "m-blue", "port": 8000, "weight": 90}, {"name": "m-green", "port": 8000, "weight": 10}]
 
@@ -139,55 +199,118 @@ def test_invalid_manifests_are_refused_with_the_field():
     dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"}, "spec": {"replicas": "two"}}
     with pytest.raises(k8s.ManifestError, match="Deployment/x"):
         k8s.validate([dep])
+    hpa = k8s.hpa_manifest("x", "default", {}, Autoscaling(max_replicas=2))
+    del hpa["spec"]["maxReplicas"]  # required
+    with pytest.raises(k8s.ManifestError, match="HorizontalPodAutoscaler/x"):
+        k8s.validate([hpa])
 
 
-def test_red_black_makes_these_api_calls_in_this_order(tmp_path):
+def test_a_host_path_or_an_object_over_1_mib_is_refused_naming_the_field():
+    def unit():
+        dep, _ = k8s.unit_manifests("m", Unit(name="m-blue", version=1), archive=ARCHIVE)
+        return dep
+
+    host = unit()
+    pod_of(host)["volumes"].append({"name": "weights-here", "hostPath": {"path": "/srv/weights"}})
+    with pytest.raises(k8s.ManifestError, match="hostPath") as exc:
+        k8s.validate([host])
+    assert exc.value.field == "spec.template.spec.volumes[3]"
+    outside = unit()
+    pod_of(outside)["initContainers"][0]["args"][2] = "/home/me/made/weights"
+    with pytest.raises(k8s.ManifestError, match="outside the container's mounts") as exc:
+        k8s.validate([outside])
+    assert exc.value.field == "spec.template.spec.initContainers[0].args[2]"
+    big = unit()
+    big["metadata"]["annotations"] = {"x": "y" * (1 << 20)}
+    with pytest.raises(k8s.ManifestError, match="1048576 bytes"):
+        k8s.validate([big])
+
+
+def test_local_weights_are_refused_unless_under_a_declared_volume(write_spec, tmp_path):
+    from tritonpkg.deploy.release import release_from
+    from tritonpkg.deploy.service import KubernetesOptions, check_target
+
+    (tmp_path / "spec" / "made").mkdir(parents=True)
+    spec = {"name": "m", "version": 1, "kind": "vllm", "weights": "./made", "engine_args": {"max_model_len": 64}}
+    options = KubernetesOptions(package_store=STORE)
+    local = release_from(write_spec(spec), tmp_path / "state")
+    with pytest.raises(TritonpkgError, match="folder of this host") as exc:
+        check_target(local, "kubernetes", options)
+    assert exc.value.field == "weights" and str(exc.value.file).endswith("tritonpkg.yaml")
+    check_target(local, "local", options)  # the local target serves it as it is
+    with pytest.raises(TritonpkgError) as exc:
+        check_target(local, "kubernetes", KubernetesOptions())
+    assert exc.value.field == "--package-store"
+    on_volume = {**spec, "weights": "/mnt/fsx/models/m",
+                 "deployment": {"volumes": [{"claim": "fsx", "mount": "/mnt/fsx"}]}}
+    check_target(release_from(write_spec(on_volume, folder="vol"), tmp_path / "state"), "kubernetes", options)
+
+
+def test_a_packaged_repository_naming_a_host_folder_is_refused(tmp_path):
+    rel = release(tmp_path, 1)
+    (rel.repository / "m" / "1" / "model.json").write_text(json.dumps({"model": str(tmp_path / "weights")}))
+    with pytest.raises(TritonpkgError, match="folder of this host") as exc:
+        package_store.host_paths(rel, [])
+    assert exc.value.field == "model" and str(exc.value.file).endswith("m/1/model.json")
+    (rel.repository / "m" / "1" / "model.json").write_text(json.dumps({"model": "s3://models/m"}))
+    (rel.repository / "m" / "1" / "multi_lora.json").write_text(json.dumps({"a": "./adapters/a", "b": "/srv/b"}))
+    with pytest.raises(TritonpkgError) as exc:
+        package_store.host_paths(rel, [])
+    assert exc.value.field == "b"
+    package_store.host_paths(rel, [Volume(claim="srv", mount="/srv")])
+
+
+def test_red_black_makes_these_api_calls_in_this_order(tmp_path, store):
     cluster = FakeCluster()
     ex = executor(tmp_path, cluster)
     assert ex.deploy(release(tmp_path, 1)).ok
     assert cluster.calls == [
         ("create_secret", "m-triton-admin"),
-        ("create_config_map", "m-blue-repository"), ("create_deployment", "m-blue"), ("create_service", "m-blue"),
+        ("create_deployment", "m-blue"), ("create_service", "m-blue"),
         ("read_deployment_status", "m-blue"),
         ("patch_route", "m"), ("create_route", "m-blue=100"),  # the first shift creates the route
         ("patch_route", "m-blue=100"),  # alias annotation
     ]
+    # the archive the pod fetches is in the store, under the key its manifest names, with that content
+    fetch = pod_of(cluster.objects[("deployment", "m-blue")])["initContainers"][0]["args"][2]
+    keys = [o["Key"] for o in store.list_objects_v2(Bucket=STORE_BUCKET)["Contents"]]
+    assert keys == [fetch.removeprefix(f"s3://{STORE_BUCKET}/") + "/m-v1.tar.gz"]
+    body = store.get_object(Bucket=STORE_BUCKET, Key=keys[0])["Body"].read()
+    assert keys[0].split("/")[-2] == hashlib.sha256(body).hexdigest()[:16]
     cluster.calls.clear()
     out = ex.deploy(release(tmp_path, 2))
     assert out.ok, out.error
     assert cluster.calls == [
         ("create_secret", "m-triton-admin"),  # exists (409): kept, so the key stays the same
-        ("create_config_map", "m-green-repository"), ("create_deployment", "m-green"), ("create_service", "m-green"),
+        ("create_deployment", "m-green"), ("create_service", "m-green"),
         ("read_deployment_status", "m-green"),
         ("patch_route", "m-blue=50 m-green=50"), ("read_deployment_status", "m-green"),  # shift, gate
         ("patch_route", "m-blue=0 m-green=100"), ("read_deployment_status", "m-green"),
         ("patch_route", "m-green=100"),  # drain: blue leaves the route
-        ("delete_deployment", "m-blue"), ("delete_service", "m-blue"), ("delete_config_map", "m-blue-repository"),
+        ("delete_deployment", "m-blue"), ("delete_service", "m-blue"), ("delete_horizontal_pod_autoscaler", "m-blue"),
         ("patch_route", "m-green=100"),  # alias
     ]
     route = cluster.objects[("route", "m")]
     assert route["metadata"]["annotations"] == {"tritonpkg.io/current": "m-green"}
+    assert len(store.list_objects_v2(Bucket=STORE_BUCKET)["Contents"]) == 2
 
 
-def test_units_restrict_tritons_admin_apis_to_the_secrets_key(tmp_path):
-    """Every unit's Triton refuses model control, logging, trace, shared memory and statistics without the
-    key of the deployment's Secret (Kubernetes expands $(VAR) in args from the container's env)."""
+def test_units_take_the_secrets_admin_key(tmp_path, store):
+    """Every unit's `tritonpkg serve` gets the deployment's Secret key (serve --admin-key's variable), so Triton's
+    restricted admin APIs answer the same key on every unit; the key itself is in no manifest but the Secret."""
     cluster = FakeCluster()
     ex = executor(tmp_path, cluster)
     assert ex.deploy(release(tmp_path, 1)).ok
     key = cluster.objects[("secret", "m-triton-admin")]["stringData"]["admin-key"]
     assert ex.deploy(release(tmp_path, 2)).ok
     assert cluster.objects[("secret", "m-triton-admin")]["stringData"]["admin-key"] == key
-    triton = cluster.objects[("deployment", "m-green")]["spec"]["template"]["spec"]["containers"][0]
-    groups = "model-repository,logging,trace,shared-memory,statistics"
-    assert f"--http-restricted-api={groups}:admin-key=$(TRITON_ADMIN_KEY)" in triton["args"]
-    assert f"--grpc-restricted-protocol={groups}:admin-key=$(TRITON_ADMIN_KEY)" in triton["args"]
-    assert triton["env"] == [{"name": "TRITON_ADMIN_KEY",
-                              "valueFrom": {"secretKeyRef": {"name": "m-triton-admin", "key": "admin-key"}}}]
+    serve = pod_of(cluster.objects[("deployment", "m-green")])["containers"][0]
+    assert serve["env"] == [{"name": "TRITONPKG_ADMIN_KEY",
+                             "valueFrom": {"secretKeyRef": {"name": "m-triton-admin", "key": "admin-key"}}}]
     assert len(key) >= 32 and key not in str(cluster.objects[("deployment", "m-green")])
 
 
-def test_a_unit_that_never_gets_ready_is_rolled_back_with_these_calls(tmp_path):
+def test_a_unit_that_never_gets_ready_is_rolled_back_with_these_calls(tmp_path, store):
     cluster = FakeCluster(never_ready={"m-green"})
     ex = executor(tmp_path, cluster)
     assert ex.deploy(release(tmp_path, 1)).ok
@@ -196,17 +319,18 @@ def test_a_unit_that_never_gets_ready_is_rolled_back_with_these_calls(tmp_path):
     assert not out.ok and out.rolled_back and "0/1 pods ready" in out.error
     assert cluster.calls == [
         ("create_secret", "m-triton-admin"),
-        ("create_config_map", "m-green-repository"), ("create_deployment", "m-green"), ("create_service", "m-green"),
+        ("create_deployment", "m-green"), ("create_service", "m-green"),
         ("read_deployment_status", "m-green"),  # health check fails
         ("patch_route", "m-blue=100 m-green=0"),  # rollback: all traffic back in one route change
         ("patch_route", "m-blue=100"),  # drain green
-        ("delete_deployment", "m-green"), ("delete_service", "m-green"), ("delete_config_map", "m-green-repository"),
+        ("delete_deployment", "m-green"), ("delete_service", "m-green"),
+        ("delete_horizontal_pod_autoscaler", "m-green"),
         ("patch_route", "m-blue=100"),  # alias back
     ]
     assert {k for k in cluster.objects if k[0] == "deployment"} == {("deployment", "m-blue")}
 
 
-def test_scale_follows_the_traffic_share(tmp_path):
+def test_scale_follows_the_traffic_share(tmp_path, store):
     cluster = FakeCluster()
     ex = executor(tmp_path, cluster)
     assert ex.deploy(release(tmp_path, 1, replicas=4)).ok
@@ -214,3 +338,31 @@ def test_scale_follows_the_traffic_share(tmp_path):
     assert ex.deploy(release(tmp_path, 2, replicas=4)).ok
     scales = [c[1] for c in cluster.calls if c[0] == "scale_deployment"]
     assert scales == ["m-green=2", "m-blue=2", "m-green=4", "m-blue=1"]
+
+
+def test_a_shift_moves_the_hpa_floor_within_its_bounds(tmp_path, store, write_spec):
+    """With deployment.autoscaling the HPA owns the replica count: the shift's scale steps move each unit's
+    minReplicas, never outside the spec's [min, max], and never patch the Deployment under the HPA."""
+    from tritonpkg.deploy.release import release_from
+
+    def spec(version):
+        return write_spec({"name": "m", "version": version, "kind": "vllm", "weights": "s3://models/m",
+                           "engine_args": {"max_model_len": 64},
+                           "deployment": {"strategy": "red-black", "traffic_steps": [50, 100], "replicas": 4,
+                                          "autoscaling": {"min_replicas": 2, "max_replicas": 3}}},
+                          folder=f"v{version}")
+
+    cluster = FakeCluster()
+    ex = executor(tmp_path, cluster)
+    assert ex.deploy(release_from(spec(1), tmp_path / "state")).ok
+    assert cluster.objects[("horizontal_pod_autoscaler", "m-blue")]["spec"]["minReplicas"] == 3
+    cluster.calls.clear()
+    out = ex.deploy(release_from(spec(2), tmp_path / "state"))
+    assert out.ok, out.error
+    assert not [c for c in cluster.calls if c[0] == "scale_deployment"]
+    assert [c[1] for c in cluster.calls if c[0] == "patch_hpa"] == [
+        "m-green min=2", "m-blue min=2", "m-green min=3", "m-blue min=2"]  # wanted 2, 2, 4 (> max 3), 1 (< min 2)
+    hpa = cluster.objects[("horizontal_pod_autoscaler", "m-green")]
+    assert hpa["spec"]["maxReplicas"] == 3 and hpa["metadata"]["annotations"] == {"tritonpkg.io/min-replicas": "2"}
+    dep = cluster.objects[("deployment", "m-green")]
+    assert dep["spec"]["replicas"] == 2  # provisioned at its first share, within the bounds

@@ -56,19 +56,21 @@ def test_teardown_stops_the_recorded_group_and_retires_the_units(tmp_path: Path)
 
 
 def test_dry_run_manifests_are_the_new_unit_and_the_final_route(tmp_path: Path) -> None:
+    from tritonpkg.deploy.drivers.package_store import archive_ref
+
     (tmp_path / "m" / "1").mkdir(parents=True)
     (tmp_path / "m" / "config.pbtxt").write_text('name: "m"\n')
     release = Release(model="m", version=1, repository=tmp_path, traffic_steps=[50, 100])
-    k = service.KubernetesOptions(namespace="serving", gateway="gw")
-    manifests = service.dry_run_manifests(plan_red_black(LiveState(model="m"), 1, [50, 100]), release, k)
+    k = service.KubernetesOptions(namespace="serving", gateway="gw", package_store="s3://packages/releases")
+    archive = archive_ref("s3://packages/releases", "m", 1, "0" * 64)
+    manifests = service.dry_run_manifests(plan_red_black(LiveState(model="m"), 1, [50, 100]), release, k, archive)
     assert [(m["kind"], m["metadata"]["name"]) for m in manifests] == [
-        ("Secret", "m-triton-admin"), ("ConfigMap", "m-blue-repository"), ("Deployment", "m-blue"),
-        ("Service", "m-blue"), ("HTTPRoute", "m")]
+        ("Secret", "m-triton-admin"), ("Deployment", "m-blue"), ("Service", "m-blue"), ("HTTPRoute", "m")]
     assert {m["metadata"]["namespace"] for m in manifests} == {"serving"}
     route = manifests[-1]["spec"]
     assert route["parentRefs"] == [{"name": "gw"}]
     assert route["rules"][-1]["backendRefs"] == [{"name": "m-blue", "port": 8000, "weight": 100}]
-    versioned = service.dry_run_manifests(plan_versioned(LiveState(model="m"), 1), release, k)[-1]["spec"]
+    versioned = service.dry_run_manifests(plan_versioned(LiveState(model="m"), 1), release, k, archive)[-1]["spec"]
     assert versioned["rules"][0]["matches"][0] == {"path": {"type": "PathPrefix", "value": "/v2/models/m/versions/1"}}
 
 

@@ -80,9 +80,14 @@ def deploy(
     out: Path | None = typer.Option(None, "--out", "-o", help="kubernetes: write the validated manifests here."),
     namespace: str = typer.Option("default", "--namespace", help="kubernetes namespace."),
     gateway: str = typer.Option("tritonpkg", "--gateway", help="kubernetes: the Gateway the HTTPRoute attaches to."),
-    toolkit_image: str = typer.Option("tritonpkg:latest", "--toolkit-image",
-                                      help="kubernetes: image of the init container that runs "
-                                           "`tritonpkg materialize`."),
+    toolkit_image: str | None = typer.Option(None, "--toolkit-image", show_default=False,
+                                             help="kubernetes: the pods' image (init container: fetch the archive; "
+                                                  "main: `tritonpkg serve`); default: the toolkit image `tritonpkg "
+                                                  "image build` tags for the spec's release."),
+    package_store: str | None = typer.Option(None, "--package-store", metavar="s3://BUCKET/PREFIX",
+                                             help="kubernetes: where the release's package archive is put and the "
+                                                  "pods fetch it from (with --dry-run -o, written beside the "
+                                                  "manifests to upload there)."),
     teardown: bool = typer.Option(False, "--teardown", help="Stop every unit of model SOURCE (and its local proxy)."),
     as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
 ) -> None:
@@ -99,11 +104,13 @@ def deploy(
     from tritonpkg.deploy.gate import Limits
     from tritonpkg.deploy.release import release_from
 
-    k8s = service.KubernetesOptions(namespace=namespace, gateway=gateway, toolkit_image=toolkit_image)
+    k8s = service.KubernetesOptions(namespace=namespace, gateway=gateway, toolkit_image=toolkit_image,
+                                    package_store=package_store)
     if teardown:
         _print_teardown(service.teardown(state, source, k8s), as_json)
         return
     release = release_from(source, state, strategy)
+    service.check_target(release, target, k8s)
     if dry_run or (target == "kubernetes" and out is not None):  # writes nothing but `out`
         _print_dry_run(service.dry_run(service.store_at(state, read_only=True), release, target, out, k8s,
                                        adapter_grace_s=adapter_grace), release.version, as_json)
@@ -143,6 +150,9 @@ def _print_dry_run(result: DryRun, version: int, as_json: bool) -> None:
         console.print(f"[green]✓[/] {line}", highlight=False)
     for name in result.written:
         console.print(f"wrote {name}", highlight=False)
+    if result.archive:
+        console.print(f"the pods fetch the package archive from {result.archive}"
+                      + (" (upload the archive written here to it)" if result.written else ""), highlight=False)
 
 
 def _print_teardown(result: Teardown, as_json: bool) -> None:

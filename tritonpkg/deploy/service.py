@@ -22,6 +22,7 @@ from tritonpkg.errors import TritonpkgError
 
 if TYPE_CHECKING:
     from tritonpkg.deploy.drivers.local import LocalDriver
+    from tritonpkg.deploy.drivers.package_store import ArchiveRef
 
 INTERRUPTED = "interrupted (rolled back by the next deploy/rollback)"
 """How status shows a run a stopped command left `running` (the state keeps `running`: recover finds it)."""
@@ -30,7 +31,8 @@ INTERRUPTED = "interrupted (rolled back by the next deploy/rollback)"
 class KubernetesOptions(BaseModel):
     namespace: str = "default"
     gateway: str = "tritonpkg"
-    toolkit_image: str = "tritonpkg:latest"
+    toolkit_image: str | None = Field(default=None, description="None: tritonpkg.image.default_tag(release)")
+    package_store: str | None = Field(default=None, description="s3://bucket/prefix the pods fetch archives from")
 
 
 # -- state and drivers ---------------------------------------------------------------------------------
@@ -55,7 +57,19 @@ def driver_for(target: str, state: Path, model: str, *, http_port: int = 0, grpc
     from tritonpkg.deploy.drivers.kubernetes import KubernetesDriver
 
     k = kubernetes or KubernetesOptions()
-    return KubernetesDriver.from_kubeconfig(namespace=k.namespace, gateway=k.gateway, toolkit_image=k.toolkit_image)
+    return KubernetesDriver.from_kubeconfig(namespace=k.namespace, gateway=k.gateway, toolkit_image=k.toolkit_image,
+                                            package_store=k.package_store)
+
+
+def check_target(release: Release, target: str, kubernetes: KubernetesOptions | None = None) -> None:
+    """Refuse, before anything is written, a release the target cannot run: on kubernetes one without a package
+    store, or whose weights or adapters name a folder of this host."""
+    if target != "kubernetes":
+        return
+    from tritonpkg.deploy.drivers import package_store
+
+    package_store.check_store((kubernetes or KubernetesOptions()).package_store)
+    package_store.host_paths(release, release.spec.deployment.volumes if release.spec else [])
 
 
 def target_of(store: StateStore, model: str) -> str:
@@ -89,20 +103,25 @@ class DryRun(BaseModel):
     plan: Plan
     validated: list[str] = Field(default_factory=list, description="how each manifest was validated")
     written: list[str] = Field(default_factory=list, description="manifest files written")
+    archive: str | None = Field(default=None, description="kubernetes: where the pods fetch the package archive "
+                                                         "(written beside the manifests with -o: upload it there)")
 
 
-def dry_run_manifests(plan: Plan, release: Release, k: KubernetesOptions) -> list[dict[str, Any]]:
+def dry_run_manifests(plan: Plan, release: Release, k: KubernetesOptions, archive: ArchiveRef) -> list[dict[str, Any]]:
     """The Kubernetes objects the plan's new unit and the route end up as: the admin Secret (applied once,
-    never replaced), the unit's ConfigMap, Deployment and Service, the HTTPRoute after the last shift."""
+    never replaced), the unit's Deployment, Service (and HPA), the HTTPRoute after the last shift."""
     from tritonpkg.deploy.drivers import kubernetes as k8s
 
     step = plan.steps[0]
     unit = Unit(name=step.unit or release.model, version=release.version, color=step.color,
                 replicas=release.replicas)
+    d = release.spec.deployment if release.spec else None
     manifests = [k8s.admin_secret_manifest(release.model, k.namespace),
-                 *k8s.unit_manifests(release.model, unit, repository=release.repository, namespace=k.namespace,
-                                     release=release.target_release, weights=release.weights, gpus=release.gpus,
-                                     toolkit_image=k.toolkit_image)]
+                 *k8s.unit_manifests(release.model, unit, archive=archive, namespace=k.namespace,
+                                     release=release.target_release, gpus=release.gpus,
+                                     toolkit_image=k.toolkit_image, volumes=d.volumes if d else [],
+                                     autoscaling=d.autoscaling if d else None,
+                                     replicas=step.replicas.get(unit.name, release.replicas))]
     final = next((s.weights for s in reversed(plan.steps) if s.kind == "shift"), {unit.name: 100})
     versions = {str(release.version): unit.name} if plan.strategy == "versioned" else {}
     manifests.append(k8s.route_manifest(release.model, weights={u: w for u, w in final.items() if w},
@@ -114,31 +133,42 @@ def dry_run_manifests(plan: Plan, release: Release, k: KubernetesOptions) -> lis
 def dry_run(store: StateStore, release: Release, target: str, out: Path | None = None,
             kubernetes: KubernetesOptions | None = None, adapter_grace_s: float = ADAPTER_GRACE_S) -> DryRun:
     """The plan deploy would run now, changing nothing live and writing nothing but `out` (give it a read-only
-    store: store_at(state, read_only=True)); for kubernetes the release is packaged into a temporary folder
-    and its manifests validated (and written to `out`, each 0600: the Secret's key is among them)."""
+    store: store_at(state, read_only=True)); for kubernetes the release is packaged into a temporary folder, its
+    archive made and its manifests validated (written to `out`, each 0600: the Secret's key is among them, with
+    the archive to put where the manifests fetch it from)."""
     if target != "kubernetes":
         return DryRun(plan=plan_release(store, release, adapter_rollouts=target == "local",
                                         adapter_grace_s=adapter_grace_s))
+    import shutil
     import tempfile
 
     from tritonpkg.deploy.drivers import kubernetes as k8s
+    from tritonpkg.deploy.drivers import package_store
 
+    k = kubernetes or KubernetesOptions()
+    check_target(release, target, k)
     with tempfile.TemporaryDirectory(prefix="tritonpkg-dry-run-") as scratch:
-        # the manifests carry the packaged repository's files, not its path
         release = build(release.model_copy(update={"repository": Path(scratch) / "repository"}))
+        check_target(release, target, k)  # the packaged files too
         plan = plan_release(store, release)
-        manifests = dry_run_manifests(plan, release, kubernetes or KubernetesOptions())
-    result = DryRun(plan=plan, validated=k8s.validate(manifests))
-    if out is not None:
-        import yaml
+        archive_file = Path(scratch) / "package.tar.gz"
+        ref = package_store.archive_ref(package_store.check_store(k.package_store), release.model, release.version,
+                                        package_store.write_archive(release, archive_file))
+        manifests = dry_run_manifests(plan, release, k, ref)
+        result = DryRun(plan=plan, validated=k8s.validate(manifests), archive=ref.key_url)
+        if out is not None:
+            import yaml
 
-        out.mkdir(parents=True, exist_ok=True)
-        for m in manifests:
-            path = out / f"{m['kind'].lower()}-{m['metadata']['name']}.yaml"
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(yaml.safe_dump(m, sort_keys=False))
-            result.written.append(str(path))
+            out.mkdir(parents=True, exist_ok=True)
+            for m in manifests:
+                path = out / f"{m['kind'].lower()}-{m['metadata']['name']}.yaml"
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(yaml.safe_dump(m, sort_keys=False))
+                result.written.append(str(path))
+            shutil.copyfile(archive_file, out / ref.file)
+            (out / ref.file).chmod(0o600)
+            result.written.append(str(out / ref.file))
     return result
 
 

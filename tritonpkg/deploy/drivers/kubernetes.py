@@ -1,26 +1,36 @@
-"""The kubernetes target: per unit a ConfigMap (the packaged model repository), a Deployment (Triton
-with readiness/liveness probes on /v2/health, GPU requests, an init container running
-`tritonpkg materialize` for the weights) and a Service; per model one Gateway API HTTPRoute whose
-backend weights shift traffic and whose version rules route versioned units, and one Secret holding the
-Triton admin key every unit's restricted admin APIs ask for.
+"""The kubernetes target: per unit a Deployment, a Service and (with deployment.autoscaling) a
+HorizontalPodAutoscaler; per model one Gateway API HTTPRoute whose backend weights shift traffic and whose
+version rules route versioned units, and one Secret holding the Triton admin key every unit's restricted admin
+APIs ask for.
 
-Manifests are pure functions (`unit_manifests`, `route_manifest`), validated by `validate()`: core
-kinds with kubernetes-validate, the HTTPRoute against the CRD schema checked in beside this file
-(kubernetes-validate has no Gateway API schemas). `KubernetesDriver` applies them through the
-official `kubernetes` client objects it is given (AppsV1Api, CoreV1Api, CustomObjectsApi)."""
+A pod runs the start procedure of `tritonpkg serve`, in the toolkit image (tritonpkg.image): an init
+container fetches the release's package archive from the package store (package_store.py: object storage,
+keyed by the archive's sha256), then the main container serves it (unpack + verify against the lock, weights
+materialized from s3:// or hf:// or read from a declared volume, plugins, Triton, merged /metrics, the OpenAI
+API). No API object carries the repository and no manifest names a folder of the deploying host: `validate`
+refuses a hostPath volume, a path argument outside the container's own mounts, and an object over the API
+server's 1 MiB limit. Probes read the start procedure's readiness (the OpenAI API's /health/ready: Triton and
+every model READY, false within a second of an engine death); with `--on-engine-death exit` a dead engine
+ends the container, which the kubelet restarts.
+
+Manifests are pure functions (`unit_manifests`, `route_manifest`, `hpa_manifest`), validated by `validate()`:
+core kinds with kubernetes-validate, the HTTPRoute against the CRD schema checked in beside this file
+(kubernetes-validate has no Gateway API schemas). `KubernetesDriver` uploads the archive and applies the
+objects through the official `kubernetes` client objects it is given."""
 
 from __future__ import annotations
 
-import base64
 import json
+import tempfile
 import time
-import urllib.parse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tritonpkg import compat
 from tritonpkg.deploy.driver import Driver, Endpoints, Entry, OnStarted
+from tritonpkg.deploy.drivers import package_store as store_mod
+from tritonpkg.deploy.drivers.package_store import ArchiveRef
 from tritonpkg.deploy.plan import Unit
 from tritonpkg.errors import TritonpkgError
 from tritonpkg.runtime import admin
@@ -28,15 +38,20 @@ from tritonpkg.runtime.server import DRAIN_TIMEOUT_S
 
 if TYPE_CHECKING:
     from tritonpkg.deploy.driver import Release
+    from tritonpkg.spec import Autoscaling, Volume
 
 GATEWAY_GROUP, GATEWAY_VERSION, ROUTES = "gateway.networking.k8s.io", "v1", "httproutes"
 ROUTE_SCHEMA = Path(__file__).with_name("httproute.schema.json")
 K8S_VERSION = "1.30.0"
-HTTP, GRPC, METRICS = 8000, 8001, 8002
+HTTP, GRPC, METRICS, OPENAI = 8000, 8001, 8002, 9000
+MAX_OBJECT_BYTES = 1 << 20  # the API server refuses a ConfigMap or Secret over 1 MiB; no object here comes near
+PACKAGE, STATE, WEIGHTS = "/package", "/state", "/weights"  # the pod's own folders (emptyDirs)
+MIN_REPLICAS = "tritonpkg.io/min-replicas"  # the spec's HPA floor, kept on the HPA a shift moves the floor of
+ADMIN_ENV = "TRITONPKG_ADMIN_KEY"  # serve --admin-key's variable, from the deployment's Secret
 
 
 class ManifestError(TritonpkgError):
-    """A generated manifest does not match its Kubernetes schema."""
+    """A generated manifest does not match its Kubernetes schema or breaks a rule of this target."""
 
 
 def _name(text: str) -> str:
@@ -49,20 +64,11 @@ def triton_image(release: str) -> str:
     return f"nvcr.io/nvidia/tritonserver:{release}-vllm-python-py3"
 
 
-def _repository_configmap(name: str, namespace: str, repo: Path, labels: dict[str, str]) -> tuple[dict, list[dict]]:
-    """The repository's files as ConfigMap binaryData (keys cannot hold '/', so items map them back)."""
-    data, items = {}, []
-    for i, path in enumerate(sorted(p for p in repo.rglob("*") if p.is_file())):
-        key = f"f{i}-{_name(path.name)}"[:253]
-        data[key] = base64.b64encode(path.read_bytes()).decode()
-        items.append({"key": key, "path": str(path.relative_to(repo))})
-    cm = {"apiVersion": "v1", "kind": "ConfigMap",
-          "metadata": {"name": f"{name}-repository", "namespace": namespace, "labels": labels},
-          "binaryData": data}
-    return cm, items
+def toolkit_image_for(release: str, given: str | None = None) -> str:
+    """The image the pod runs: the one given, else the toolkit image `tritonpkg image build` tags for `release`."""
+    from tritonpkg.image import default_tag
 
-
-ADMIN_ENV = "TRITON_ADMIN_KEY"
+    return given or default_tag(release)
 
 
 def admin_secret_name(model: str) -> str:
@@ -79,58 +85,104 @@ def admin_secret_manifest(model: str, namespace: str = "default", key: str | Non
             "stringData": {admin.KEY_FILE: admin.check_key(key or admin.new_key())}}
 
 
-def unit_manifests(model: str, unit: Unit, *, repository: Path, namespace: str = "default",
-                   release: str | None = None, weights: str | None = None, gpus: int = 0,
-                   toolkit_image: str = "tritonpkg:latest", replicas: int | None = None) -> list[dict[str, Any]]:
+def archive_path(archive: ArchiveRef) -> str:
+    """Where the init container's `tritonpkg materialize` puts the archive: ROOT/<name>/<revision>/<file>."""
+    return f"{PACKAGE}/package/{archive.revision}/{archive.file}"
+
+
+def fetch_args(archive: ArchiveRef) -> list[str]:
+    return ["materialize", "copy", archive.url, "--to", PACKAGE, "--name", "package", "--revision",
+            archive.revision, "--json"]
+
+
+def serve_args(archive: ArchiveRef) -> list[str]:
+    """The main container's `tritonpkg serve` (the image's entrypoint): every public port bound in the pod,
+    the OpenAI API on, a dead engine ending the container, the drain within the termination grace."""
+    pod_ip = "0.0.0.0"  # noqa: S104 - the pod's own network namespace: the Service and the kubelet's probes reach it
+    return ["serve", archive_path(archive), "--host", pod_ip, "--http-port", str(HTTP), "--grpc-port", str(GRPC),
+            "--metrics-port", str(METRICS), "--openai-port", str(OPENAI), "--state-dir", f"{STATE}/serve",
+            "--weights-root", WEIGHTS, "--on-engine-death", "exit", "--drain-timeout", str(DRAIN_TIMEOUT_S), "--json"]
+
+
+def _floor(n: int, scaling: Autoscaling) -> int:
+    return min(max(n, scaling.min_replicas), scaling.max_replicas)
+
+
+def _quantity(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{round(value * 1000)}m"
+
+
+def hpa_manifest(name: str, namespace: str, labels: dict[str, str], scaling: Autoscaling,
+                 floor: int | None = None) -> dict[str, Any]:
+    """autoscaling/v2 on a per-pod metric through the custom metrics API (the Prometheus adapter's `pods`
+    metrics): `floor` is the minReplicas a red-black shift holds (within the spec's bounds), kept beside the
+    spec's own floor."""
+    return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels,
+                         "annotations": {MIN_REPLICAS: str(scaling.min_replicas)}},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+                     "minReplicas": _floor(floor if floor is not None else scaling.min_replicas, scaling),
+                     "maxReplicas": scaling.max_replicas,
+                     "metrics": [{"type": "Pods", "pods": {
+                         "metric": {"name": scaling.metric},
+                         "target": {"type": "AverageValue", "averageValue": _quantity(scaling.target_average)}}}]}}
+
+
+def unit_manifests(model: str, unit: Unit, *, archive: ArchiveRef, namespace: str = "default",
+                   release: str | None = None, gpus: int = 0, toolkit_image: str | None = None,
+                   replicas: int | None = None, volumes: Sequence[Volume] = (),
+                   autoscaling: Autoscaling | None = None) -> list[dict[str, Any]]:
+    """The unit's Deployment and Service, and its HPA when the spec asks for autoscaling."""
     name = _name(unit.name)
+    release = release or compat.default_release()
+    image = toolkit_image_for(release, toolkit_image)
     labels = {"app.kubernetes.io/name": _name(model), "app.kubernetes.io/managed-by": "tritonpkg",
               "tritonpkg.io/unit": name, "tritonpkg.io/version": str(unit.version)}
     if unit.color:
         labels["tritonpkg.io/color"] = unit.color
-    cm, items = _repository_configmap(name, namespace, repository, labels)
-    probe = lambda path, period: {"httpGet": {"path": path, "port": "http"}, "periodSeconds": period,  # noqa: E731
-                                  "timeoutSeconds": 2, "failureThreshold": 3}
+    probe = lambda path, period, failures: {  # noqa: E731
+        "httpGet": {"path": path, "port": "openai"}, "periodSeconds": period, "timeoutSeconds": 2,
+        "failureThreshold": failures}
     resources: dict[str, Any] = {"requests": {"cpu": "1", "memory": "4Gi"}}
     if gpus:
         resources["requests"]["nvidia.com/gpu"] = str(gpus)
         resources["limits"] = {"nvidia.com/gpu": str(gpus)}
-    mounts = [{"name": "repository", "mountPath": "/models", "readOnly": True},
-              {"name": "weights", "mountPath": "/weights"}]
+    claims = [{"name": f"volume-{i}", "persistentVolumeClaim": {"claimName": v.claim, "readOnly": v.read_only}}
+              for i, v in enumerate(volumes)]
     pod: dict[str, Any] = {
+        "initContainers": [{
+            "name": "fetch", "image": image, "command": ["tritonpkg"], "args": fetch_args(archive),
+            "volumeMounts": [{"name": "package", "mountPath": PACKAGE}]}],
         "containers": [{
-            "name": "triton", "image": triton_image(release or compat.default_release()),
-            "args": ["tritonserver", "--model-repository=/models", f"--http-port={HTTP}", f"--grpc-port={GRPC}",
-                     f"--metrics-port={METRICS}", "--metrics-config=summary_latencies=true",
-                     # every model loaded, but explicit: a vLLM model whose engine died unloads itself, so the
-                     # readiness probe takes the pod out; in-flight requests get the drain on SIGTERM
-                     "--model-control-mode=explicit", "--load-model=*", f"--exit-timeout-secs={DRAIN_TIMEOUT_S}",
-                     *admin.restricted_args(f"$({ADMIN_ENV})")],  # admin APIs only with the Secret's key
+            "name": "serve", "image": image, "command": ["tritonpkg"], "args": serve_args(archive),
             "env": [{"name": ADMIN_ENV, "valueFrom": {"secretKeyRef": {"name": admin_secret_name(model),
                                                                        "key": admin.KEY_FILE}}}],
             "ports": [{"name": "http", "containerPort": HTTP}, {"name": "grpc", "containerPort": GRPC},
-                      {"name": "metrics", "containerPort": METRICS}],
-            # the model's own readiness: Triton's /v2/health/ready turns true again once a dead engine's model
-            # has finished unloading (its strict readiness ignores unloaded models)
-            "readinessProbe": probe(f"/v2/models/{urllib.parse.quote(model, safe='')}/ready", 5),
-            "livenessProbe": probe("/v2/health/live", 10),
-            "startupProbe": {**probe("/v2/health/live", 5), "failureThreshold": 120},
-            "resources": resources, "volumeMounts": mounts}],
-        "volumes": [{"name": "repository", "configMap": {"name": cm["metadata"]["name"], "items": items}},
-                    {"name": "weights", "emptyDir": {}}],
+                      {"name": "metrics", "containerPort": METRICS}, {"name": "openai", "containerPort": OPENAI}],
+            # the start procedure's own readiness: the OpenAI API opens last, and its /health/ready is false while
+            # Triton or any model is not READY (a dead engine's model within ~1 s)
+            "readinessProbe": probe("/health/ready", 5, 3),
+            "livenessProbe": probe("/health/live", 10, 3),
+            "startupProbe": probe("/health/live", 10, 360),  # fetch, unpack, weights, engine: up to an hour
+            "resources": resources,
+            "volumeMounts": [{"name": "package", "mountPath": PACKAGE, "readOnly": True},
+                             {"name": "state", "mountPath": STATE}, {"name": "weights", "mountPath": WEIGHTS},
+                             *({"name": c["name"], "mountPath": v.mount, "readOnly": v.read_only}
+                               for c, v in zip(claims, volumes, strict=True))]}],
+        "volumes": [{"name": "package", "emptyDir": {}}, {"name": "state", "emptyDir": {}},
+                    {"name": "weights", "emptyDir": {}}, *claims],
         "terminationGracePeriodSeconds": DRAIN_TIMEOUT_S + 10,  # the drain, then the models' unload
     }
-    if weights:
-        pod["initContainers"] = [{
-            "name": "materialize", "image": toolkit_image,
-            "args": ["tritonpkg", "materialize", "copy", weights, "--to", "/weights"],
-            "volumeMounts": [{"name": "weights", "mountPath": "/weights"}]}]
+    want = replicas if replicas is not None else unit.replicas
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {"replicas": replicas if replicas is not None else unit.replicas,
+        "spec": {"replicas": _floor(want, autoscaling) if autoscaling else want,
                  "selector": {"matchLabels": {"tritonpkg.io/unit": name}},
                  "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
-                 "template": {"metadata": {"labels": labels}, "spec": pod}},
+                 "template": {"metadata": {"labels": labels, "annotations": {
+                     "prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS),
+                     "prometheus.io/path": "/metrics"}}, "spec": pod}},
     }
     service = {
         "apiVersion": "v1", "kind": "Service",
@@ -138,9 +190,13 @@ def unit_manifests(model: str, unit: Unit, *, repository: Path, namespace: str =
         "spec": {"selector": {"tritonpkg.io/unit": name},
                  "ports": [{"name": "http", "port": HTTP, "targetPort": "http"},
                            {"name": "grpc", "port": GRPC, "targetPort": "grpc", "appProtocol": "kubernetes.io/h2c"},
-                           {"name": "metrics", "port": METRICS, "targetPort": "metrics"}]},
+                           {"name": "metrics", "port": METRICS, "targetPort": "metrics"},
+                           {"name": "openai", "port": OPENAI, "targetPort": "openai"}]},
     }
-    return [cm, deployment, service]
+    out = [deployment, service]
+    if autoscaling is not None:
+        out.append(hpa_manifest(name, namespace, labels, autoscaling, floor=want))
+    return out
 
 
 def route_manifest(model: str, *, weights: dict[str, int], versions: dict[str, str], alias: str | None,
@@ -175,6 +231,7 @@ def validate(manifests: list[dict[str, Any]], k8s_version: str = K8S_VERSION) ->
     done = []
     for m in manifests:
         what = f"{m.get('kind')}/{m.get('metadata', {}).get('name')}"
+        check_rules(m)
         if m.get("kind") == "HTTPRoute":
             schema = json.loads(ROUTE_SCHEMA.read_text())
             errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(m), key=lambda e: list(e.path))
@@ -191,21 +248,53 @@ def validate(manifests: list[dict[str, Any]], k8s_version: str = K8S_VERSION) ->
             raise ManifestError(str(exc).splitlines()[0], file=what,
                                 field=".".join(map(str, getattr(exc, "path", []))) or "(top)",
                                 expected=f"a valid {m.get('kind')} for Kubernetes {k8s_version}") from exc
-        done.append(f"{what}: valid (kubernetes-validate, Kubernetes {k8s_version}, strict)")
+        done.append(f"{what}: valid (kubernetes-validate, Kubernetes {k8s_version}, strict; under 1 MiB, no host "
+                    "path)")
     return done
 
 
+def check_rules(manifest: dict[str, Any]) -> None:
+    """What the schemas let through and a cluster would not run: an object over the API server's 1 MiB, a
+    hostPath volume, a container whose path arguments lie outside its own mounts (a folder of the deploying
+    host, say). Raises ManifestError naming the object and the field."""
+    what = f"{manifest.get('kind')}/{manifest.get('metadata', {}).get('name')}"
+    size = len(json.dumps(manifest, separators=(",", ":")).encode())
+    if size > MAX_OBJECT_BYTES:
+        raise ManifestError(f"{size} bytes", file=what, field="(top)",
+                            expected=f"an object of at most {MAX_OBJECT_BYTES} bytes (the API server's limit)")
+    pod = manifest.get("spec", {}).get("template", {}).get("spec") if manifest.get("kind") == "Deployment" else None
+    if not pod:
+        return
+    for i, volume in enumerate(pod.get("volumes", [])):
+        if "hostPath" in volume:
+            raise ManifestError("a hostPath volume", file=what, field=f"spec.template.spec.volumes[{i}]",
+                                expected="emptyDir or a persistentVolumeClaim: a pod has no folder of this host")
+    for group in ("initContainers", "containers"):
+        for i, container in enumerate(pod.get(group, [])):
+            mounts = [m["mountPath"].rstrip("/") for m in container.get("volumeMounts", [])]
+            for j, arg in enumerate(container.get("args", [])):
+                path = arg.partition("=")[2] if arg.startswith("--") and "=" in arg else arg
+                if path.startswith("/") and not any(path == m or path.startswith(m + "/") for m in mounts):
+                    raise ManifestError(f"{path!r} lies outside the container's mounts ({', '.join(mounts)})",
+                                        file=what, field=f"spec.template.spec.{group}[{i}].args[{j}]",
+                                        expected="a path under one of the container's volumeMounts")
+
+
 class KubernetesDriver:
-    """Applies units and the route through the kubernetes client. `apps`, `core` and `custom` are
-    AppsV1Api, CoreV1Api and CustomObjectsApi instances (or anything with the same methods)."""
+    """Uploads each release's archive to the package store and applies units and the route through the
+    kubernetes client. `apps`, `core`, `custom` and `autoscaling` are AppsV1Api, CoreV1Api, CustomObjectsApi
+    and AutoscalingV2Api instances (or anything with the same methods); `upload` puts an archive in the store."""
 
     target = "kubernetes"
 
-    def __init__(self, apps: Any, core: Any, custom: Any, *, namespace: str = "default", gateway: str = "tritonpkg",
-                 toolkit_image: str = "tritonpkg:latest", ready_timeout: float = 900.0, poll_s: float = 2.0,
-                 release: Release | None = None) -> None:
-        self.apps, self.core, self.custom = apps, core, custom
+    def __init__(self, apps: Any, core: Any, custom: Any, autoscaling: Any = None, *, namespace: str = "default",
+                 gateway: str = "tritonpkg", toolkit_image: str | None = None, package_store: str | None = None,
+                 ready_timeout: float = 900.0, poll_s: float = 2.0, release: Release | None = None,
+                 upload: Any = None) -> None:
+        self.apps, self.core, self.custom, self.autoscaling = apps, core, custom, autoscaling
         self.namespace, self.gateway, self.toolkit_image = namespace, gateway, toolkit_image
+        self.package_store = package_store
+        self.upload = upload or store_mod.upload
         self.ready_timeout, self.poll_s = ready_timeout, poll_s
         self.release = release
         self.model: str | None = None
@@ -226,7 +315,8 @@ class KubernetesDriver:
         except Exception as exc:
             raise TritonpkgError(f"no cluster configured: {exc}", field="--target kubernetes",
                                  expected="a kubeconfig (KUBECONFIG), or --dry-run -o DIR to write manifests") from exc
-        return cls(client.AppsV1Api(), client.CoreV1Api(), client.CustomObjectsApi(), **kw)
+        return cls(client.AppsV1Api(), client.CoreV1Api(), client.CustomObjectsApi(), client.AutoscalingV2Api(),
+                   **kw)
 
     def sync(self, model: str, units: Sequence[Mapping[str, Any]], alias: str | None) -> None:
         """Rebuild the route's picture from the state file (each command starts with a fresh driver)."""
@@ -239,19 +329,35 @@ class KubernetesDriver:
     # -- steps -----------------------------------------------------------------------------------
     def provision(self, model: str, unit: Unit, release: Release, taken_slots: set[int],
                   on_started: OnStarted) -> Endpoints:
-        """Apply the unit's objects; they are named by the unit, so nothing needs recording early."""
+        """Put the archive in the store, then apply the unit's objects (named by the unit, so nothing needs
+        recording early)."""
         self.model = model
-        cm, deployment, service = unit_manifests(
-            model, unit, repository=release.repository, namespace=self.namespace, release=release.target_release,
-            weights=release.weights, gpus=release.gpus, toolkit_image=self.toolkit_image,
-            replicas=unit.replicas)
-        secret = admin_secret_manifest(model, self.namespace)
-        validate([secret, cm, deployment, service])
+        deployment = release.spec.deployment if release.spec is not None else None
+        volumes = deployment.volumes if deployment else []
+        store_mod.host_paths(release, volumes)
+        store = store_mod.check_store(self.package_store)
+        with tempfile.TemporaryDirectory(prefix="tritonpkg-archive-") as scratch:
+            path = Path(scratch) / "package.tar.gz"
+            sha = store_mod.write_archive(release, path)
+            archive = store_mod.archive_ref(store, model, release.version, sha)
+            objects = unit_manifests(
+                model, unit, archive=archive, namespace=self.namespace, release=release.target_release,
+                gpus=release.gpus, toolkit_image=self.toolkit_image, replicas=unit.replicas, volumes=volumes,
+                autoscaling=deployment.autoscaling if deployment else None)
+            secret = admin_secret_manifest(model, self.namespace)
+            validate([secret, *objects])
+            self.upload(path, archive)
         self._create_once(self.core.create_namespaced_secret, secret)
-        self._apply(self.core.create_namespaced_config_map, self.core.replace_namespaced_config_map, cm)
-        self._apply(self.apps.create_namespaced_deployment, self.apps.replace_namespaced_deployment, deployment)
-        self._apply(self.core.create_namespaced_service, self.core.replace_namespaced_service, service)
-        return Endpoints(name=deployment["metadata"]["name"], namespace=self.namespace)
+        for body in objects:
+            kind = body["kind"]
+            if kind == "Deployment":
+                self._apply(self.apps.create_namespaced_deployment, self.apps.replace_namespaced_deployment, body)
+            elif kind == "Service":
+                self._apply(self.core.create_namespaced_service, self.core.replace_namespaced_service, body)
+            else:
+                self._apply(self.autoscaling.create_namespaced_horizontal_pod_autoscaler,
+                            self.autoscaling.replace_namespaced_horizontal_pod_autoscaler, body)
+        return Endpoints.of({"name": _name(unit.name), "namespace": self.namespace, "archive": archive.key_url})
 
     def _create_once(self, create: Any, body: dict[str, Any]) -> None:
         """Create `body` unless it exists (409): the existing one is kept as it is."""
@@ -277,8 +383,8 @@ class KubernetesDriver:
             want = dep.spec.replicas or 0
             ready = dep.status.ready_replicas or 0
             if want and ready >= want:
-                return (f"{ready}/{want} pods ready (readiness probe /v2/health/ready); the canary request is "
-                        "not sent from outside the cluster")
+                return (f"{ready}/{want} pods ready (readiness probe: the start procedure's /health/ready); the "
+                        "canary request is not sent from outside the cluster")
             if time.monotonic() > deadline:
                 raise TritonpkgError(f"{ep.name}: {ready}/{want} pods ready after {self.ready_timeout:g} s",
                                      field="health_check")
@@ -297,10 +403,37 @@ class KubernetesDriver:
         self._apply_route()
 
     def scale(self, replicas: Mapping[str, int]) -> str:
+        """A unit with an HPA gets the count as the HPA's floor, within the spec's bounds (the HPA owns the
+        replica count; patching the Deployment would be undone by it); others have their Deployment scaled."""
+        done = []
         for unit, n in replicas.items():
-            self.apps.patch_namespaced_deployment_scale(name=_name(unit), namespace=self.namespace,
-                                                        body={"spec": {"replicas": n}})
-        return ", ".join(f"{u}={n}" for u, n in replicas.items())
+            name = _name(unit)
+            bounds = self._hpa_bounds(name)
+            if bounds is None:
+                self.apps.patch_namespaced_deployment_scale(name=name, namespace=self.namespace,
+                                                            body={"spec": {"replicas": n}})
+                done.append(f"{unit}={n}")
+                continue
+            low, high = bounds
+            floor = min(max(n, low), high)
+            self.autoscaling.patch_namespaced_horizontal_pod_autoscaler(
+                name=name, namespace=self.namespace, body={"spec": {"minReplicas": floor}})
+            done.append(f"{unit}={n} (HPA floor {floor}, bounds {low}-{high})")
+        return ", ".join(done)
+
+    def _hpa_bounds(self, name: str) -> tuple[int, int] | None:
+        """The spec's (min, max) replicas of the unit's HPA; None where it has none."""
+        if self.autoscaling is None:
+            return None
+        try:
+            hpa = self.autoscaling.read_namespaced_horizontal_pod_autoscaler(name=name, namespace=self.namespace)
+        except Exception as exc:
+            if getattr(exc, "status", None) != 404:
+                raise
+            return None
+        high = int(hpa.spec.max_replicas)
+        low = int((hpa.metadata.annotations or {}).get(MIN_REPLICAS) or hpa.spec.min_replicas or 1)
+        return low, high
 
     def drain(self, ep: Endpoints) -> None:
         unit = self._unit_of(ep)
@@ -315,9 +448,11 @@ class KubernetesDriver:
         name = ep.name
         if name is None:
             return ""
-        for delete in (self.apps.delete_namespaced_deployment, self.core.delete_namespaced_service):
+        deletes = [self.apps.delete_namespaced_deployment, self.core.delete_namespaced_service]
+        if self.autoscaling is not None:
+            deletes.append(self.autoscaling.delete_namespaced_horizontal_pod_autoscaler)
+        for delete in deletes:
             self._delete(delete, name)
-        self._delete(self.core.delete_namespaced_config_map, f"{name}-repository")
         return ""
 
     def _delete(self, delete: Any, name: str) -> None:
