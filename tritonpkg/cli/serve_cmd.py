@@ -39,6 +39,11 @@ class RuntimeKind(str, enum.Enum):
     docker = "docker"
 
 
+class Image(str, enum.Enum):
+    ngc = "ngc"
+    toolkit = "toolkit"
+
+
 class Mode(str, enum.Enum):
     embedded = "embedded"
     separate = "separate"
@@ -138,7 +143,15 @@ def serve(
                                         help="local: run Triton here; docker: print the docker run command."),
     target_release: str | None = typer.Option(None, "--target-release", "-r",
                                               help="Triton release for --runtime docker (default: the toolkit's)."),
-    weights: list[Path] = typer.Option([], "--weights", help="Host path of weights to mount (docker; repeatable)."),
+    image: Image = typer.Option(
+        Image.ngc, "--image",
+        help="docker: ngc runs NVIDIA's stock image (tritonserver alone; folders the repository names mounted at "
+             "container paths, remote weights materialized here first); toolkit runs the toolkit image "
+             "(`tritonpkg image build`), whose `tritonpkg serve` does the whole start procedure inside."),
+    triton_home: Path | None = typer.Option(
+        None, "--triton-home", envvar="TRITONPKG_TRITON_HOME", show_default=False,
+        help="Run the Triton installed in this folder (bin/tritonserver, backends/, lib/), as the toolkit image "
+             "does with /opt/tritonserver, instead of the toolkit's local runtime."),
     timeout: float | None = typer.Option(
         None, "--timeout", min=0.001, show_default=False,
         help="Upper bound in seconds on Triton's start (default: none; start-up waits while Triton reports "
@@ -186,7 +199,11 @@ def serve(
 ) -> None:
     """Serve a model repository or package in the real Triton server; stop cleanly on Ctrl-C or SIGTERM."""
     if runtime is RuntimeKind.docker:
-        _print_docker(repo, target_release, weights, http_port, grpc_port, metrics_port, host, as_json)
+        ports = {"http_port": http_port, "grpc_port": grpc_port, "metrics_port": metrics_port,
+                 "openai_port": DEFAULT_OPENAI_PORT if openai_port is None else openai_port}
+        passed = [*(["--openai" if openai else "--no-openai"] if openai is not None else []),
+                  *(["--mode", mode.value] if mode else [])]
+        _print_docker(repo, target_release, image, ports, host, state_dir, weights_root, plugins, passed, as_json)
         return
     from tritonpkg.frontend.auth import load_api_key
     from tritonpkg.serve import StartupOptions, TritonOptions
@@ -212,32 +229,55 @@ def serve(
         execution_mode=mode.value if mode else None, state_dir=state_dir, triton=triton,
         weights_root=weights_root, startup_timeout=timeout, install_plugins=plugins,
         metrics_token=metrics_token or None, on_engine_death=on_engine_death.value, admin_key=admin_key,
-        drain_timeout=drain_timeout,
+        drain_timeout=drain_timeout, absolute_adapters=triton_home is not None,
         **{k: v for k, v in (("max_members", max_members), ("max_bytes", max_bytes)) if v is not None})
-    _serve_local(options, as_json)
+    _serve_local(options, as_json, triton_home)
 
 
-def _print_docker(repo: Path, release: str | None, weights: list[Path], http: int, grpc: int, metrics: int,
-                  host: str, as_json: bool) -> None:
+def _print_docker(repo: Path, release: str | None, image: Image, ports: dict[str, int], host: str,
+                  state_dir: Path | None, weights_root: Path | None, plugins: bool, passed: list[str],
+                  as_json: bool) -> None:
+    """Prepare what the container mounts (tritonpkg.runtime.docker) and print the `docker run` that serves it."""
     import shlex
 
     from tritonpkg.compat import default_release
-    from tritonpkg.runtime import admin, docker_command
+    from tritonpkg.image import default_tag
+    from tritonpkg.runtime import admin, docker
 
     release = release or default_release()
-    key = admin.new_key()
-    argv = docker_command(repo, release, weights=weights, http_port=http, grpc_port=grpc, metrics_port=metrics,
-                          host=host, admin_key=key)
-    if as_json:
-        print_json({"release": release, "argv": argv, "command": shlex.join(argv), "admin_key": key,
-                    "admin_header": admin.HEADER, "admin_apis": list(admin.RESTRICTED)})
+    state = state_dir or docker.default_state_dir(repo, release, image.value)
+    prepared = docker.prepare(repo, image.value, state, weights_root=weights_root, install_plugins=plugins)
+    data: dict = {"release": release, "image_kind": image.value, "state_dir": str(state), "notes": prepared.notes,
+                  "mounts": [{"host": m.host, "container": m.container} for m in prepared.view.mounts],
+                  "rewritten": sorted(prepared.view.rewrites)}
+    key = None
+    if image is Image.ngc:
+        key = admin.new_key()
+        argv = docker.ngc_command(prepared, release, http_port=ports["http_port"], grpc_port=ports["grpc_port"],
+                                  metrics_port=ports["metrics_port"], host=host, admin_key=key)
+        data.update(admin_key=key, admin_header=admin.HEADER, admin_apis=list(admin.RESTRICTED))
     else:
-        typer.echo(shlex.join(argv))
+        tag = default_tag(release)
+        argv = docker.toolkit_command(prepared, tag, http_port=ports["http_port"], grpc_port=ports["grpc_port"],
+                                      metrics_port=ports["metrics_port"], openai_port=ports["openai_port"],
+                                      host=host, serve_args=passed)
+        data["image"] = tag
+    data.update(argv=argv, command=shlex.join(argv))
+    if as_json:
+        print_json(data)
+        return
+    typer.echo(shlex.join(argv))
+    for note in prepared.notes:
+        err_console.print(note, highlight=False, markup=False, soft_wrap=True)
+    if key is not None:
         err_console.print(f"admin APIs ({', '.join(admin.RESTRICTED)}) answer only with the header "
                           f"{admin.HEADER}: {key}", highlight=False, markup=False)
+    else:
+        err_console.print(f"image {data['image']}: `tritonpkg image build --release {release}` builds it; the "
+                          "admin key is in the container's log", highlight=False, markup=False)
 
 
-def _serve_local(options, as_json: bool) -> None:
+def _serve_local(options, as_json: bool, triton_home: Path | None = None) -> None:
     import threading
 
     from tritonpkg.runtime import ServerStartError
@@ -252,7 +292,12 @@ def _serve_local(options, as_json: bool) -> None:
             raise KeyboardInterrupt
 
     progress = _Progress(err_console if as_json else console)
-    stack = ServingStack(options, on_event=progress)
+    runtime = None
+    if triton_home is not None:
+        from tritonpkg.runtime.installed import installed_runtime
+
+        runtime = installed_runtime(triton_home)
+    stack = ServingStack(options, runtime=runtime, on_event=progress)
     with stop_signals(on_signal):
         try:
             try:

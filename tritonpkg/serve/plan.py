@@ -63,6 +63,8 @@ class StartupOptions(BaseModel):
     max_members: int = Field(default=DEFAULT_MAX_MEMBERS, ge=1, description="refuse archives with more members")
     max_bytes: int = Field(default=DEFAULT_MAX_BYTES, ge=1, description="refuse archives that expand to more")
     install_plugins: bool = True
+    absolute_adapters: bool = Field(default=False, description="write each local adapter folder absolute into the "
+                                    "serving copy: NVIDIA's backend hands a relative one to vLLM as written")
     openai_api_key: str | None = Field(default=None, repr=False, min_length=1, max_length=1024,
                                        description="bearer key every /v1 route of the OpenAI API requires; None: open")
     max_request_bytes: int = Field(default=16 * 1024 * 1024, ge=1024, description="largest OpenAI request body")

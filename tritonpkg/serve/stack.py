@@ -6,6 +6,7 @@ up: `tritonpkg serve`, `tritonpkg demo` and the local deploy driver's units."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import tempfile
@@ -243,13 +244,21 @@ class ServingStack:
         if not actions:
             return "no vLLM model"
         remote = any(a.kind == "materialize" for a in actions) or any(a.kind == "materialize" for a in adapters)
-        if self._unpacked is None and remote:
+        relative = [a for a in adapters if a.kind == "local" and not a.location.startswith(("/", "~"))]
+        if not self.options.absolute_adapters:
+            relative = []
+        if self._unpacked is None and (remote or relative):
             # model.json / multi_lora.json get the local paths: rewrite a copy, never the user's folder
             copy = self._scratch_dir("repository")
             shutil.copytree(repository, copy, symlinks=True)
             self.repository = repository = copy
         root = self.options.weights_root or w.default_weights_root()
         self.weights = w.ensure_weights(repository, actions, root) + w.ensure_adapters(repository, adapters, root)
+        for adapter in relative:  # checked to exist inside its version by ensure_adapters
+            path = repository / adapter.multi_lora
+            entries = json.loads(path.read_text())
+            entries[adapter.name] = str((repository / adapter.location).absolute())
+            path.write_text(json.dumps(entries, indent=2) + "\n")
         return "; ".join(f"{r.model_json}: {r.kind} {r.path} ({r.detail})" for r in self.weights)
 
     def _step_plugins(self) -> str:
