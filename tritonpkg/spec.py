@@ -347,7 +347,14 @@ def load_spec(path: str | Path) -> Spec:
         path = path / "tritonpkg.yaml"
     if not path.is_file():
         raise SpecError("spec file not found", file=path, expected="a tritonpkg.yaml")
-    node, data = parse_yaml(read_bounded(path), path)
+    try:
+        text = boundedio.read_file(path, MAX_SPEC_BYTES).decode("utf-8")
+    except boundedio.FileTooLargeError:
+        raise SpecError(f"the file is larger than {MAX_SPEC_BYTES} bytes", file=path,
+                        expected=f"at most {MAX_SPEC_BYTES} bytes") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"not UTF-8 (byte {exc.start})", file=path, expected="UTF-8 text") from None
+    node, data = parse_yaml(text, path)
     if not isinstance(data, dict):
         raise SpecError("the spec must be a mapping", file=path, expected="keys such as name, version, kind")
     try:
@@ -398,19 +405,6 @@ def _check_local_adapters(spec: Spec, node: yaml.Node | None, path: Path) -> Non
             raise SpecError(f"{quote(adapter.source)} leads outside the spec's folder {spec.base_dir}",
                             file=f"{path}:{line}" if line else path, field=f"adapters[{i}].source",
                             expected="a path inside the spec's folder, an absolute path, s3:// or hf://")
-
-
-def read_bounded(path: Path, limit: int = MAX_SPEC_BYTES) -> str:
-    """The UTF-8 text of `path`, refused (SpecError) beyond `limit` bytes without reading further."""
-    try:
-        raw = boundedio.read_file(path, limit)
-    except boundedio.FileTooLargeError:
-        raise SpecError(f"the file is larger than {limit} bytes", file=path,
-                        expected=f"at most {limit} bytes") from None
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"not UTF-8 (byte {exc.start})", file=path, expected="UTF-8 text") from None
 
 
 class _Refused(yaml.MarkedYAMLError):

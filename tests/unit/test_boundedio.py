@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import io
+import os
 import re
 from pathlib import Path
 
@@ -61,3 +62,13 @@ def test_the_rest_of_an_open_file(tmp_path: Path) -> None:
 def test_a_missing_file_is_the_open_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         boundedio.read_file(tmp_path / "absent", 16)
+
+
+def test_a_fifo_or_a_folder_is_refused_without_waiting(tmp_path: Path) -> None:
+    """A FIFO named where a file should be would block a plain open until a writer came; it is refused at once."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for path in (fifo, tmp_path):
+        with pytest.raises(OSError, match="not a regular file") as caught:
+            boundedio.read_file(path, 16)
+        assert caught.value.errno == errno.EINVAL

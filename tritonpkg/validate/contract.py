@@ -22,8 +22,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tritonclient.grpc import model_config_pb2 as pb
 
-from tritonpkg.errors import TritonpkgError
-from tritonpkg.spec import parse_yaml, read_bounded
+from tritonpkg import boundedio
+from tritonpkg.errors import SpecError, TritonpkgError
+from tritonpkg.spec import MAX_SPEC_BYTES, parse_yaml
 from tritonpkg.validate.context import Context
 from tritonpkg.validate.report import Problem
 from tritonpkg.validate.sampling import sampling_problem
@@ -52,7 +53,13 @@ class Contract(BaseModel):
 def load_contract(path: Path) -> Contract:
     if not path.is_file():
         raise TritonpkgError("contract file not found", file=path, expected="a JSON or YAML request description")
-    text = read_bounded(path)  # the spec's bounds: size, and for YAML no aliases, depth, value count
+    try:  # the spec's bounds: size, and for YAML no aliases, depth, value count
+        text = boundedio.read_file(path, MAX_SPEC_BYTES).decode("utf-8")
+    except boundedio.FileTooLargeError:
+        raise SpecError(f"the file is larger than {MAX_SPEC_BYTES} bytes", file=path,
+                        expected=f"at most {MAX_SPEC_BYTES} bytes") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"not UTF-8 (byte {exc.start})", file=path, expected="UTF-8 text") from None
     if path.suffix == ".json":
         try:
             data: Any = json.loads(text)
