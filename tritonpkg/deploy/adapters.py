@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from tritonpkg import boundedio, vllm_io
+from tritonpkg import version_files
 from tritonpkg.errors import TritonpkgError
 
-MULTI_LORA = vllm_io.load().adapter_list.file
-SERVED = vllm_io.load().adapter_list.served  # the backend's acknowledgement: state, not the release
+MULTI_LORA = version_files.MULTI_LORA
+SERVED = version_files.SERVED  # the backend's acknowledgement: state, not the release
 ADAPTERS_DIR = "adapters"
 ADAPTER_ARGS = ("max_loras", "max_cpu_loras", "max_lora_rank")
 MAX_FILES_BYTES = 1 << 34  # a version's files read for the comparison (adapters included): 16 GiB
@@ -46,14 +46,8 @@ def _sha(data: bytes) -> str:
 def facts(model: str, version: int, files: Mapping[str, bytes]) -> AdapterFacts:
     """From the model's files (paths relative to the repository: `<model>/config.pbtxt`, `<model>/<version>/...`)."""
     prefix = f"{model}/{version}/"
-    args: dict[str, Any] = {}
-    if prefix + "model.json" in files:
-        loaded = json.loads(files[prefix + "model.json"])
-        args = loaded if isinstance(loaded, dict) else {}
-    listing: dict[str, Any] = {}
-    if prefix + MULTI_LORA in files:
-        loaded = json.loads(files[prefix + MULTI_LORA])
-        listing = loaded if isinstance(loaded, dict) else {}
+    args = _object(version_files.engine_args, files.get(prefix + version_files.ENGINE_ARGS))
+    listing = _object(version_files.adapter_list, files.get(prefix + MULTI_LORA))
     adapters = {}
     for name, location in listing.items():
         if isinstance(location, str) and location.startswith(f"./{ADAPTERS_DIR}/"):
@@ -62,14 +56,24 @@ def facts(model: str, version: int, files: Mapping[str, bytes]) -> AdapterFacts:
                                                     if p.startswith(inside))).encode())
         else:
             adapters[name] = _sha(json.dumps(location).encode())
-    skipped = (prefix + MULTI_LORA, prefix + "model.json", prefix + SERVED)
+    skipped = (prefix + MULTI_LORA, prefix + version_files.ENGINE_ARGS, prefix + SERVED)
     rest = {p.removeprefix(prefix) if p.startswith(prefix) else p: _sha(d) for p, d in files.items()
             if p == f"{model}/config.pbtxt" or (p.startswith(prefix) and p not in skipped
                                                  and not p.startswith(prefix + ADAPTERS_DIR + "/"))}
     rank = args.get("max_lora_rank")
-    return AdapterFacts(model=model, version=version, lora=str(args.get("enable_lora", "")).lower() == "true",
+    return AdapterFacts(model=model, version=version, lora=version_files.lora_enabled(args),
                         rest=rest, engine_args={k: v for k, v in args.items() if k not in ADAPTER_ARGS},
                         max_lora_rank=rank if isinstance(rank, int) else None, adapters=adapters)
+
+
+def _object(parse: Callable[[bytes], dict[str, Any]], data: bytes | None) -> dict[str, Any]:
+    """A file's object; {} for a file that is missing or holds another JSON value (LoRA then reads as off)."""
+    if data is None:
+        return {}
+    try:
+        return parse(data)
+    except version_files.NotAnObjectError:
+        return {}
 
 
 def only_adapters_changed(live: AdapterFacts, new: AdapterFacts) -> list[str]:
@@ -149,10 +153,12 @@ def served_list(serving_version: Path) -> dict[str, str]:
     """The unit's served multi_lora.json, its folders made absolute (relative ones are the version's)."""
     path = serving_version / MULTI_LORA
     try:
-        listing = json.loads(boundedio.read_file(path, 1 << 20))
+        listing = version_files.read_adapter_list(serving_version)
+    except version_files.NotAnObjectError:
+        listing = None
     except (OSError, ValueError) as exc:
         raise TritonpkgError(f"cannot read the served adapter list: {exc}", file=path) from None
-    if not isinstance(listing, dict) or not all(isinstance(v, str) for v in listing.values()):
+    if listing is None or not all(isinstance(v, str) for v in listing.values()):
         raise TritonpkgError("the served adapter list is not a JSON object of name -> folder", file=path)
     return {name: folder if folder.startswith("/") else str((serving_version / folder).resolve())
             for name, folder in listing.items()}

@@ -5,12 +5,12 @@ versioned) and why a requested adapter rollout is refused. A pure function of wh
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tritonpkg import version_files
 from tritonpkg.deploy import adapters, iodiff
 from tritonpkg.deploy.plan import (
     LiveState,
@@ -121,7 +121,7 @@ def _adapter_rollout(release: Release, live: LiveState, seen: Observed, supporte
         return _refuse(release, why)
     if seen.served_error is not None:
         raise seen.served_error
-    listing = json.loads(seen.new_files[f"{release.model}/{release.version}/{adapters.MULTI_LORA}"])
+    listing = version_files.adapter_list(seen.new_files[f"{release.model}/{release.version}/{adapters.MULTI_LORA}"])
     version_dir = release.repository / release.model / str(release.version)
     folders = {name: str(version_dir / loc.removeprefix("./")) if loc.startswith("./") else loc
                for name, loc in listing.items()}

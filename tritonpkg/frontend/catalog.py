@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from tritonpkg import adapter_names, boundedio
+from tritonpkg import adapter_names, boundedio, version_files
 from tritonpkg.frontend.errors import APIError, unknown_model
 from tritonpkg.frontend.triton import RETURN_FLAGS, TritonBackend
 from tritonpkg.gateway.frontend_bridge import is_template_embedding
@@ -26,7 +26,6 @@ REFRESH_MIN_INTERVAL_S = 1.0
 POOLING_RUNNERS = {"pooling"}
 POOLING_CONVERTS = {"embed", "embedding"}
 LOCK_NAME = "tritonpkg.lock.json"
-MULTI_LORA = "multi_lora.json"
 MAX_LOCK_BYTES = 16 << 20
 GENERATE_INPUTS = {"text_input", "sampling_parameters"}  # the vLLM backend's contract (NVIDIA's mock_llm speaks it)
 
@@ -141,25 +140,23 @@ def read_parser_names(repository: Path | None, name: str, version: str) -> dict[
 
 
 def read_engine_args(version_dir: Path) -> dict[str, Any] | None:
-    path = version_dir / "model.json"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        return version_files.read_engine_args(version_dir)
+    except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) else None
 
 
 def read_adapter_names(entry: ModelEntry) -> list[str]:
     """The LoRA adapters a vLLM model serves: its multi_lora.json's names (NVIDIA's list, read by the backend when
     model.json has enable_lora), in order; [] when LoRA is off or the list cannot be read (the backend then
     fails the model's load itself); a name the adapter-name rule refuses is left out (the backend refuses it)."""
-    if entry.source is None or str((entry.engine_args or {}).get("enable_lora", "")).lower() != "true":
+    if entry.source is None or not version_files.lora_enabled(entry.engine_args):
         return []
     try:
-        names = json.loads(boundedio.read_file(entry.source / MULTI_LORA, MAX_LOCK_BYTES))
-    except (OSError, ValueError, RecursionError):
+        names = version_files.read_adapter_list(entry.source)
+    except (OSError, ValueError):
         return []
-    return [n for n in names if adapter_names.name_problem(n) is None] if isinstance(names, dict) else []
+    return [n for n in names if adapter_names.name_problem(n) is None]
 
 
 class Catalog:
@@ -253,8 +250,7 @@ def vocab_size(entry: ModelEntry) -> int | None:
     weights = entry.weights_path()
     if weights is not None:
         try:
-            with open(weights / "config.json", "rb") as fh:
-                config = json.loads(fh.read(MAX_LOCK_BYTES))
+            config = json.loads(boundedio.read_file(weights / "config.json", MAX_LOCK_BYTES))
             value = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                 sizes.append(value)

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from tritonpkg import adapter_names, boundedio, safepath
+from tritonpkg import adapter_names, boundedio, safepath, version_files
 from tritonpkg.errors import RuntimeSetupError
 
-MODEL_JSON = "model.json"
+MODEL_JSON = version_files.ENGINE_ARGS
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.\-]*/[\w.\-]+")
 
 
@@ -61,18 +61,13 @@ def plan_weights(engine_args: dict[str, dict[str, Any]]) -> list[WeightsAction]:
 def read_engine_args(repo: Path) -> dict[str, dict[str, Any]]:
     """Every vLLM model.json of the repository, repository-relative path -> parsed content."""
     found: dict[str, dict[str, Any]] = {}
-    for path in sorted(repo.glob(f"*/*/{MODEL_JSON}")):
-        if not path.parent.name.isdigit():
-            continue
-        rel = path.relative_to(repo).as_posix()
+    for version in version_files.version_folders(repo, MODEL_JSON):
+        path = version / MODEL_JSON
         try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
+            found[path.relative_to(repo).as_posix()] = version_files.read_engine_args(version)
+        except (OSError, ValueError) as exc:
             raise RuntimeSetupError(f"cannot read engine arguments: {exc}", file=path,
                                     expected="a JSON object") from exc
-        if not isinstance(data, dict):
-            raise RuntimeSetupError("engine arguments must be a JSON object", file=path, expected="a JSON object")
-        found[rel] = data
     return found
 
 
@@ -102,7 +97,7 @@ def ensure_weights(repo: Path, actions: list[WeightsAction], weights_root: Path,
             results.append(WeightsResult(action.model_json, "local", action.location, str(local), "exists"))
             continue
         done = fetch(action.location, weights_root)
-        args = json.loads(path.read_text())
+        args = version_files.read_engine_args(path.parent)
         args["model"] = str(done.path)
         args.pop("revision", None)  # the local copy is that revision
         path.write_text(json.dumps(args, indent=2, sort_keys=True) + "\n")
@@ -111,9 +106,7 @@ def ensure_weights(repo: Path, actions: list[WeightsAction], weights_root: Path,
     return results
 
 
-MULTI_LORA = "multi_lora.json"
-MAX_MULTI_LORA_BYTES = 1 << 20
-MAX_MODEL_JSON_BYTES = 16 << 20  # validate's bound for an engine-args file
+MULTI_LORA = version_files.MULTI_LORA
 
 
 @dataclass(frozen=True)
@@ -127,18 +120,13 @@ class AdapterAction:
 def read_multi_lora(repo: Path) -> dict[str, dict[str, Any]]:
     """Every multi_lora.json (NVIDIA's adapter list beside a model.json), repository-relative path -> content."""
     found: dict[str, dict[str, Any]] = {}
-    for path in sorted(repo.glob(f"*/*/{MULTI_LORA}")):
-        if not path.parent.name.isdigit():
-            continue
+    for version in version_files.version_folders(repo, MULTI_LORA):
+        path = version / MULTI_LORA
         try:
-            data = json.loads(boundedio.read_file(path, MAX_MULTI_LORA_BYTES))
-        except (OSError, ValueError, RecursionError) as exc:
+            found[path.relative_to(repo).as_posix()] = version_files.read_adapter_list(version)
+        except (OSError, ValueError) as exc:
             raise RuntimeSetupError(f"cannot read the adapter list: {exc}", file=path,
                                     expected="a JSON object of adapter name -> folder") from exc
-        if not isinstance(data, dict):
-            raise RuntimeSetupError("the adapter list must be a JSON object", file=path,
-                                    expected="a JSON object of adapter name -> folder")
-        found[path.relative_to(repo).as_posix()] = data
     return found
 
 
@@ -198,7 +186,7 @@ def ensure_adapters(repo: Path, actions: list[AdapterAction], weights_root: Path
             continue
         done = fetch(action.location, weights_root)
         _check_rank(repo, action, Path(done.path))
-        entries = json.loads(path.read_text())
+        entries = version_files.read_adapter_list(path.parent)
         entries[action.name] = str(done.path)
         path.write_text(json.dumps(entries, indent=2) + "\n")
         detail = "reused" if done.reused else f"{done.bytes_downloaded} bytes fetched"
@@ -213,10 +201,10 @@ def _check_rank(repo: Path, action: AdapterAction, folder: Path) -> None:
 
     try:
         rank = config_rank(boundedio.read_file(folder / ADAPTER_CONFIG, MAX_CONFIG_BYTES))
-        args = json.loads(boundedio.read_file(repo / Path(action.multi_lora).parent / MODEL_JSON, MAX_MODEL_JSON_BYTES))
+        args = version_files.read_engine_args(repo / Path(action.multi_lora).parent)
     except (OSError, ValueError):
         return  # no config, or no model.json to compare with: validate and the engine report it
-    limit = args.get("max_lora_rank", VLLM_DEFAULT_MAX_LORA_RANK) if isinstance(args, dict) else None
+    limit = args.get("max_lora_rank", VLLM_DEFAULT_MAX_LORA_RANK)
     if rank is not None and isinstance(limit, int) and rank > limit:
         raise RuntimeSetupError(f"adapter {action.name!r} ({action.location}) has rank {rank}, above the engine's "
                                 f"max_lora_rank {limit}", file=repo / Path(action.multi_lora).parent / MODEL_JSON,

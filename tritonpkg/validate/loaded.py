@@ -1,16 +1,13 @@
 """Load each model directory once (config parsed, locations, files, model.json) so rules stay pure.
 
-A repository under validation may be hostile: every file is read through `read_bounded` (a regular
-file of at most MAX_FILE_BYTES; a FIFO or device is refused, never waited on), and what does not parse
-becomes a problem of that file, never an exception out of validate."""
+A repository under validation may be hostile: every file is read through boundedio (a regular file of at
+most MAX_FILE_BYTES; a FIFO or device is refused, never waited on), and what does not parse becomes a
+problem of that file, never an exception out of validate."""
 
 from __future__ import annotations
 
-import errno
 import json
-import os
 import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,40 +15,25 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
-from tritonpkg import boundedio
+from tritonpkg import boundedio, version_files
 from tritonpkg.validate.locate import Location, field_locations, lookup
 from tritonpkg.validate.report import Problem, Severity
 
 CONFIG = "config.pbtxt"
-ENGINE_ARGS = "model.json"
+ENGINE_ARGS = version_files.ENGINE_ARGS
 VERSION_RE = re.compile(r"^(0|-?[1-9][0-9]*)$")  # 2.51 ignores "01": no leading zeros
 MAX_FILE_BYTES = 16 << 20  # beyond any config, engine-args file or model.py a server reads at load
 
 
-def read_bounded(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
-    """The bytes of a regular file of at most `limit` bytes; OSError for anything else."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
-        if info.st_size > limit:
-            raise OSError(errno.EFBIG, f"larger than {limit} bytes", str(path))
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return boundedio.read_at_most(f, limit, path)
-    finally:
-        os.close(fd)
-
-
 def read_text(path: Path, limit: int = MAX_FILE_BYTES) -> str:
-    return read_bounded(path, limit).decode("utf-8", errors="replace")
+    return boundedio.read_file(path, limit).decode("utf-8", errors="replace")
 
 
 def read_json(path: Path, limit: int = MAX_FILE_BYTES) -> Any:
     """JSON of a bounded file; ValueError (with the reason) for anything that does not parse, nesting too
     deep for the parser included."""
     try:
-        return json.loads(read_bounded(path, limit))
+        return json.loads(boundedio.read_file(path, limit))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"not valid JSON: {str(exc)[:200]}") from None
     except RecursionError:
@@ -183,17 +165,13 @@ def _load_engine_args(m: LoadedModel) -> None:
         if f.is_file():
             m.engine_args_file = f
             try:
-                data = read_json(f)
+                m.engine_args = version_files.read_engine_args(m.versions[v])
+            except version_files.NotAnObjectError:
+                m.engine_args_error = "must be a JSON object of engine arguments"
             except ValueError as exc:
                 m.engine_args_error = str(exc)
-                return
             except OSError as exc:
                 m.engine_args_error = f"cannot be read: {exc.strerror}"
-                return
-            if not isinstance(data, dict):
-                m.engine_args_error = "must be a JSON object of engine arguments"
-                return
-            m.engine_args = data
             return
 
 

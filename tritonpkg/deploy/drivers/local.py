@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tritonpkg import vllm_io
+from tritonpkg import version_files
 from tritonpkg.deploy import state
 from tritonpkg.deploy.checks import check_adapter, check_triton
 from tritonpkg.deploy.driver import AdapterRollouts, Driver, Endpoints, Entry, OnStarted
@@ -277,17 +277,16 @@ class LocalDriver:
         root = self.weights_root or w.default_weights_root()
         written = {name: str(w.fetch_adapter(location, root)) if "://" in location else location
                    for name, location in listing.items()}
-        adapter_list = vllm_io.load().adapter_list
         body = (json.dumps(written, indent=2) + "\n").encode()
-        ack = version_dir / adapter_list.served
+        ack = version_dir / version_files.SERVED
         if not ack.is_file():  # asks the backend to acknowledge each list it applies (lora.acknowledge)
             ack.write_text("{}\n")
-        staged = version_dir / f".{adapter_list.file}.next"
+        staged = version_dir / f".{version_files.MULTI_LORA}.next"
         staged.unlink(missing_ok=True)
         fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
         with os.fdopen(fd, "wb") as fh:
             fh.write(body)
-        os.replace(staged, version_dir / adapter_list.file)
+        os.replace(staged, version_dir / version_files.MULTI_LORA)
         self._await_served(ack, hashlib.sha256(body).hexdigest())
         return written
 
@@ -295,11 +294,8 @@ class LocalDriver:
         """Until the unit's backend acknowledges the list just written (it reads the list about once a second)."""
         deadline = time.monotonic() + self.adapter_ack_timeout
         while True:
-            try:
-                if json.loads(ack.read_bytes()[: 1 << 20]).get("list_sha256") == digest:
-                    return
-            except (OSError, ValueError, AttributeError):
-                pass
+            if version_files.served_digest(ack.parent) == digest:
+                return
             if time.monotonic() > deadline:
                 raise TritonpkgError(f"the unit's backend did not acknowledge the adapter list within "
                                      f"{self.adapter_ack_timeout:g} s", file=ack, field="adapters",

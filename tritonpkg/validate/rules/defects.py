@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from tritonpkg import compat
+from tritonpkg import compat, version_files
 from tritonpkg.validate.context import Context
 from tritonpkg.validate.loaded import LoadedModel
 from tritonpkg.validate.report import Problem
-from tritonpkg.validate.rules.lora import lora_enabled
 
 
 def target_device(ctx: Context) -> compat.Device:
@@ -25,7 +24,7 @@ FEATURE_FIELDS = {"lora": "enable_lora"}  # feature -> the model.json field that
 
 def features(m: LoadedModel) -> set[str]:
     """The features of a vLLM model the recorded defects are keyed by."""
-    return {"lora"} if lora_enabled(m.engine_args) else set()
+    return {"lora"} if version_files.lora_enabled(m.engine_args) else set()
 
 
 def known_defects(m: LoadedModel, ctx: Context) -> Iterator[Problem]:

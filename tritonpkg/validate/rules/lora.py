@@ -19,13 +19,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tritonpkg import adapter_names
+from tritonpkg import adapter_names, version_files
 from tritonpkg.repository.adapters import VLLM_DEFAULT_MAX_LORA_RANK
 from tritonpkg.validate.context import Context
-from tritonpkg.validate.loaded import LoadedModel, read_bounded, read_json
+from tritonpkg.validate.loaded import LoadedModel, read_json
 from tritonpkg.validate.report import Problem
 
-MULTI_LORA = "multi_lora.json"
+MULTI_LORA = version_files.MULTI_LORA
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 MAX_HEADER_BYTES = 100 << 20  # the safetensors format's own limit on a header
@@ -36,17 +36,12 @@ UNSUPPORTED = {"use_dora": "vLLM does not support DoRA", "lora_bias": "vLLM does
                "layer_replication", "alora_invocation_tokens": "vLLM does not support Activated LoRA"}
 
 
-def lora_enabled(args: dict[str, Any] | None) -> bool:
-    """enable_lora as NVIDIA's backend reads it (a bool or the string "true", any case)."""
-    return args is not None and str(args.get("enable_lora", "")).lower() == "true"
-
-
 def adapters(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
     if m.engine_args_file is None or m.engine_args is None:
         return
     version = m.engine_args_file.parent
     listing = version / MULTI_LORA
-    enabled = lora_enabled(m.engine_args)
+    enabled = version_files.lora_enabled(m.engine_args)
     if not listing.is_file():
         if enabled:
             yield m.problem("lora.list_missing", "error", f"enable_lora is on but {MULTI_LORA} is missing (NVIDIA's "
@@ -54,13 +49,13 @@ def adapters(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
                             field="enable_lora", expected=f"{MULTI_LORA} beside model.json, or enable_lora off")
         return
     try:
-        entries = json.loads(read_bounded(listing), object_pairs_hook=_pairs)
-    except (OSError, ValueError, RecursionError) as exc:
-        yield m.problem("lora.list_json", "error", f"{MULTI_LORA} cannot be read: {str(exc)[:200]}", file=listing,
+        entries = version_files.read_adapter_pairs(version)
+    except version_files.NotAnObjectError:
+        yield m.problem("lora.list_json", "error", f"{MULTI_LORA} is not a JSON object", file=listing,
                         expected="a JSON object of adapter name -> folder")
         return
-    if not isinstance(entries, _Pairs):
-        yield m.problem("lora.list_json", "error", f"{MULTI_LORA} is not a JSON object", file=listing,
+    except (OSError, ValueError) as exc:
+        yield m.problem("lora.list_json", "error", f"{MULTI_LORA} cannot be read: {str(exc)[:200]}", file=listing,
                         expected="a JSON object of adapter name -> folder")
         return
     if not enabled:
@@ -358,14 +353,6 @@ def _fmt(arch: tuple[str, str, Any]) -> str:
     return f"{arch[0] or arch[1]}, hidden size {arch[2]}"
 
 
-class _Pairs(list):
-    """A JSON object's (key, value) pairs in order, duplicates included (a dict keeps only the last)."""
-
-
-def _pairs(pairs: list[tuple[str, Any]]) -> _Pairs:
-    return _Pairs(pairs)
-
-
 def _inside(path: Path, root: Path) -> bool:
     from tritonpkg import safepath
 
@@ -377,14 +364,14 @@ def names_apart(models: list[LoadedModel], ctx: Context) -> Iterator[Problem]:
     one name once (a model wins over an adapter, the first model's adapter over a later one's)."""
     owners: dict[str, str] = {m.name: "" for m in models}
     for m in sorted(models, key=lambda x: x.name):
-        if m.engine_args_file is None or not lora_enabled(m.engine_args):
+        if m.engine_args_file is None or not version_files.lora_enabled(m.engine_args):
             continue
         listing = m.engine_args_file.parent / MULTI_LORA
         try:
-            entries = json.loads(read_bounded(listing))
-        except (OSError, ValueError, RecursionError):
+            entries = version_files.read_adapter_list(listing.parent)
+        except (OSError, ValueError):
             continue  # the model rule reports it
-        for name in entries if isinstance(entries, dict) else ():
+        for name in entries:
             if adapter_names.name_problem(name) is not None:
                 continue  # the model rule reports it
             owner = owners.get(name)
