@@ -3,10 +3,11 @@ isolation, and compare: agreement means "the server loaded it" <=> "validate rep
 
     python -m tests.differential.run [--json OUT] [--markdown OUT] [--all] [--only SUBSTRING]
 
-Why one server for everything: starting tritonserver costs seconds, loading a Python model about one;
-a single server in explicit model-control mode with every case as its own uniquely named model
-(load, record, unload) keeps the whole corpus within a few minutes on two cores. Loads run on a few
-threads because most of a Python model's load time is the stub process starting, not CPU.
+Why few servers for everything: starting tritonserver costs seconds, loading a Python model about one;
+servers in explicit model-control mode with every case as its own uniquely named model (load, record,
+unload) keep the whole corpus within a few minutes on two cores. A load mostly waits (the stub process
+starting, ~0.3 s of CPU in 1.3 s), so the cases are dealt to `SERVERS` servers that load side by side,
+each one case at a time (see `_load_all` for why never two at once in one server).
 
 Why each case is also written to its own repository for validate: validate's verdict on a case must
 not depend on the other cases' models (an ensemble case carries its own composing models).
@@ -37,11 +38,13 @@ from tests.differential.corpus import Case, backend_sources, build_cases
 HERE = Path(__file__).resolve().parent
 KNOWN_FILE = HERE / "KNOWN_DISAGREEMENTS.md"
 TARGET_RELEASE = None  # the local runtime (Triton 2.51 here): see validate_case
-LOAD_TIMEOUT_S = 20.0  # no answer by then: the server hangs on this load
+LOAD_TIMEOUT_S = 60.0  # no answer by then: the server hangs on this load (a normal one answers in ~1.3 s; 60 leaves room for a loaded machine)
 SOFT_WAIT_S = 4.0
 # Each load the server never answers keeps one of its model-load threads forever (default 4: after four
 # such loads every later load hangs too), so the corpus server gets enough threads for all of them.
 LOAD_THREADS = 16  # normal loads answer within a few seconds; longer ones are set aside
+SERVERS = 3
+"""Servers loading side by side: a load is mostly waiting, so three on two cores take about a third of the time."""
 
 
 @dataclass
@@ -149,11 +152,8 @@ def _load_all(server, cases: list[Case]) -> list[tuple[bool, str, float]]:
     its thread (it is almost surely one of the hangs described above) and collected at the end."""
     results: dict[str, tuple[bool, str, float]] = {}
     pending: list[tuple[Case, Future]] = []
-    # Repository-layout cases first: they hold the loads that hang, whose timeouts then run out while
-    # the rest of the corpus loads instead of being waited for at the end. Results keep corpus order.
-    order = sorted(cases, key=lambda c: c.base != "rp")
     with ThreadPoolExecutor(max_workers=LOAD_THREADS) as pool:
-        for case in order:
+        for case in cases:
             future = pool.submit(_load, server, case)
             try:
                 results[case.name] = future.result(timeout=SOFT_WAIT_S)
@@ -169,27 +169,61 @@ def _load_all(server, cases: list[Case]) -> list[tuple[bool, str, float]]:
 
 
 def run_corpus(cases: list[Case], workdir: Path, load_timeout: float = LOAD_TIMEOUT_S,
-               auto_complete: bool = True) -> list[Outcome]:
-    """Write the corpus under `workdir`, validate each case, load each in one real server; outcomes in
-    corpus order. The server log is kept at `workdir/server.log`. `auto_complete` False: the server runs
-    with --disable-auto-complete-config and validate is told so."""
-    from tritonpkg.runtime import TritonServer
-
+               auto_complete: bool = True, servers: int = SERVERS) -> list[Outcome]:
+    """Write the corpus under `workdir`, validate each case, load each in one of `servers` real servers;
+    outcomes in corpus order. Server logs are kept at `workdir/server-N.log`. `auto_complete` False: the
+    servers run with --disable-auto-complete-config and validate is told so."""
     workdir.mkdir(parents=True, exist_ok=True)
     server_repo = workdir / "server_repo"
     for case in cases:
         case.write(server_repo)
         case.write(workdir / "cases" / case.name)
 
-    # validate runs on its own thread while the server loads: its first vLLM-backed check imports vLLM
-    # (~15 s of CPU), and the load loop mostly waits on the server.
+    # validate runs on its own thread while the servers load: its first vLLM-backed check imports vLLM
+    # (~15 s of CPU), and the load loops mostly wait on the servers.
     validator = ThreadPoolExecutor(max_workers=1)
     verdict_future = validator.submit(
         lambda: {c.name: validate_case(workdir / "cases" / c.name, auto_complete) for c in cases})
 
     runtime = corpus_runtime(workdir)
+    # Repository-layout cases first in every shard: they hold the loads that hang, whose timeouts then run
+    # out while the rest loads instead of being waited for at the end.
+    order = sorted(cases, key=lambda c: c.base != "rp")
+    shards = [order[i::servers] for i in range(max(1, min(servers, len(order))))]
+    logs = [workdir / f"server-{i}.log" for i in range(len(shards))]
+    with ThreadPoolExecutor(max_workers=len(shards)) as pool:
+        parts = list(pool.map(lambda i: _serve_shard(server_repo, runtime, shards[i], logs[i], load_timeout,
+                                                     auto_complete), range(len(shards))))
+    loads: dict[str, tuple[bool, str, float, Path]] = {}
+    for shard, log, part in zip(shards, logs, parts, strict=True):
+        for case, result in zip(shard, part, strict=True):
+            loads[case.name] = (*result, log)
+
+    verdicts = verdict_future.result()
+    validator.shutdown()
+    texts: dict[Path, str] = {}
+    outcomes = []
+    for case in cases:
+        ok, load_message, seconds, log = loads[case.name]
+        v_ok, errors, warnings, crash = verdicts[case.name]
+        message = load_message
+        if not ok and "failed to poll from model repository" in message:
+            if log not in texts:
+                texts[log] = log.read_text(encoding="utf-8", errors="replace")
+            message += poll_detail(texts[log], case.load)
+        outcomes.append(Outcome(case.name, case.base, case.description, case.expect, ok, message,
+                                round(seconds, 2), v_ok, errors, warnings, crash))
+    return outcomes
+
+
+def _serve_shard(server_repo: Path, runtime, cases: list[Case], log: Path, load_timeout: float,
+                 auto_complete: bool) -> list[tuple[bool, str, float]]:
+    """One server over the whole corpus repository (explicit mode: it loads only what it is asked),
+    loading `cases` one at a time."""
+    from tritonpkg.runtime import TritonServer
+
     with TritonServer(server_repo, runtime=runtime, model_control="explicit", startup_timeout=120,
-                      log_path=workdir / "server.log",
+                      log_path=log,
                       extra_args=[f"--model-load-thread-count={LOAD_THREADS}",
                                   *([] if auto_complete else ["--disable-auto-complete-config"])]) as server:
         # load_model() waits `startup_timeout` seconds for an answer; after start-up that is the load
@@ -197,19 +231,7 @@ def run_corpus(cases: list[Case], workdir: Path, load_timeout: float = LOAD_TIME
         server.startup_timeout = load_timeout
         loads = _load_all(server, cases)
         server.stop(grace=5.0)  # a hung load keeps the server from exiting on SIGTERM: do not wait long
-
-    verdicts = verdict_future.result()
-    validator.shutdown()
-    log = (workdir / "server.log").read_text(encoding="utf-8", errors="replace")
-    outcomes = []
-    for case, (ok, load_message, seconds) in zip(cases, loads, strict=True):
-        v_ok, errors, warnings, crash = verdicts[case.name]
-        message = load_message
-        if not ok and "failed to poll from model repository" in message:
-            message += poll_detail(log, case.load)
-        outcomes.append(Outcome(case.name, case.base, case.description, case.expect, ok, message,
-                                round(seconds, 2), v_ok, errors, warnings, crash))
-    return outcomes
+    return loads
 
 
 def poll_detail(log: str, model: str) -> str:

@@ -15,7 +15,7 @@ from tritonpkg.errors import RuntimeSetupError
 from tritonpkg.proc import rest
 from tritonpkg.proc.group import ProcessGroup
 from tritonpkg.proc.logtail import error_lines, tail
-from tritonpkg.proc.ports import free_ports, require_free
+from tritonpkg.proc.ports import free_ports, port_in_use, require_free
 from tritonpkg.runtime import admin
 from tritonpkg.runtime.environment import server_environment
 from tritonpkg.runtime.layout import Runtime
@@ -201,8 +201,12 @@ class TritonServer:
         wildcard = self.host in ("0.0.0.0", "")  # noqa: S104  tests for the wildcard, binds nothing
         fresh = iter(free_ports(3, "127.0.0.1" if wildcard else self.host))
         for field, value in self._requested.items():
-            port = value or next(fresh)
             host = (self.metrics_host if field == "metrics_port" else self.host) or "0.0.0.0"  # noqa: S104  Triton's default
+            port = value or next(fresh)
+            for _ in range(PORT_RETRIES if value is None else 0):
+                if not port_in_use(port, host):  # another process may bind a port chosen on another address
+                    break
+                port = free_ports(1, "127.0.0.1" if wildcard else self.host)[0]
             require_free(port, host, field)
             setattr(self, field, port)
 
