@@ -38,7 +38,8 @@ from tests.differential.corpus import Case, backend_sources, build_cases
 HERE = Path(__file__).resolve().parent
 KNOWN_FILE = HERE / "KNOWN_DISAGREEMENTS.md"
 TARGET_RELEASE = None  # the local runtime (Triton 2.51 here): see validate_case
-LOAD_TIMEOUT_S = 60.0  # no answer by then: the server hangs on this load (a normal one answers in ~1.3 s; 60 leaves room for a loaded machine)
+# No answer by then: the server hangs on this load (a normal one answers in ~1.3 s; a loaded machine takes longer).
+LOAD_TIMEOUT_S = 60.0
 SOFT_WAIT_S = 4.0
 # Each load the server never answers keeps one of its model-load threads forever (default 4: after four
 # such loads every later load hangs too), so the corpus server gets enough threads for all of them.
