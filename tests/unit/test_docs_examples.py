@@ -1,8 +1,8 @@
 """The docs' shell examples run and exit as shown. A fenced ```bash block right after an HTML comment
 `<!-- run: exit N -->` is executed, one command line at a time, in a scratch folder shared by the page's
 blocks (in page order; `examples/` linked in): every line but the block's last must exit 0, the last N.
-`tritonpkg` is the one in this interpreter's virtualenv. Blocks without the marker (servers, engines,
-deploys) are not run here; the integration tests cover those paths."""
+`tritonpkg` is the one in this interpreter's virtualenv. Blocks marked `<!-- run: served, ... -->` start
+servers: tests/integration/test_docs_served.py runs those."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 MARKED = re.compile(r"^<!-- run: exit (\d+) -->\n```bash\n(.*?)\n```", re.DOTALL | re.MULTILINE)
-MARKER = re.compile(r"^<!-- run:", re.MULTILINE)
+MARKER = re.compile(r"^<!-- run: (?!served)", re.MULTILINE)
 
 
 def _blocks(page: Path) -> list[tuple[int, list[str]]]:
