@@ -120,8 +120,9 @@ def plan_view(repo: Path, engine_args: dict[str, dict[str, Any]], lora_lists: di
             if location in fetched:
                 new[name] = container_path(fetched[location], f"{CONTAINER_ADAPTERS}/{model}/{version}/{name}")
                 continue
-            local = _local(location, PurePosixPath(rel).parent) if not _is_remote(location) else None
-            if local is None and not _is_remote(location):
+            remote = "://" in location and not location.startswith("file://")  # serve's rule for adapter folders
+            local = None if remote else _local(location, PurePosixPath(rel).parent)
+            if local is None and not remote:
                 local = str(PurePosixPath(rel).parent / location)  # `adapters/x`: inside the version as well
             if local is not None:
                 new[name] = container_path(local, f"{CONTAINER_ADAPTERS}/{model}/{version}/{name}")
