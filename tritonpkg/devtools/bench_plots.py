@@ -24,7 +24,9 @@ def load(root: Path, name: str) -> dict[str, Any]:
 
 def _source(ax: Any, data: dict[str, Any]) -> None:
     cmd = " ".join([data["bench"], *data["argv"]])
-    ax.annotate(f"{cmd}  ({data['date'][:10]}, {data['host']['cpus']} CPUs)", xy=(0, 0), xycoords="figure fraction",
+    host = data["host"]
+    where = f"{data['date'][:10]}, {host['cpus']} CPUs, 1-minute load average {host['load_average_1m']}"
+    ax.annotate(f"{cmd}  ({where})", xy=(0, 0), xycoords="figure fraction",
                 xytext=(4, 3), textcoords="offset points", fontsize=7, color="grey")
 
 
