@@ -13,8 +13,17 @@ cd "$(dirname "$0")/.."
 missing=""
 command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || missing="$missing haproxy socat"
 command -v prometheus >/dev/null 2>&1 || [ -x /usr/bin/prometheus ] || missing="$missing prometheus"
+# logits_ext's libFuzzer target (logits_ext/fuzz/run.sh; seconds of it in the test run) builds with clang.
+command -v clang++ >/dev/null 2>&1 || missing="$missing clang"
 if [ -n "$missing" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   apt-get update -qq && apt-get install -y -qq --no-install-recommends $missing
+fi
+# ... and clang's libFuzzer runtime, which Debian packages apart from clang (libclang-rt-<major>-dev).
+clang_major=$(clang++ -dumpversion 2>/dev/null | cut -d. -f1 || true)
+if [ -n "$clang_major" ] && [ ! -e "$(clang++ -print-runtime-dir)/libclang_rt.fuzzer-x86_64.a" ] \
+    && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  { apt-get update -qq && apt-get install -y -qq --no-install-recommends "libclang-rt-$clang_major-dev"; } \
+    || echo "setup: no libclang-rt-$clang_major-dev: the libFuzzer smoke (tests/fuzz/test_logits_fuzz.py) cannot run"
 fi
 PYTHON=${PYTHON:-python3}
 DEVICE=${TRITONPKG_DEVICE:-cpu}

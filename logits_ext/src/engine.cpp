@@ -167,7 +167,8 @@ class Dfa final : public Constraint {
 // Banned n-grams over generated tokens plus a cap on consecutive repeats of one token.
 class NGram final : public Constraint {
  public:
-  NGram(int vocab, const std::vector<std::vector<Tok>>& ngrams, int32_t max_repeat) : max_repeat_(max_repeat) {
+  NGram(int vocab, const std::vector<std::vector<Tok>>& ngrams, int32_t max_repeat)
+      : vocab_(vocab), max_repeat_(max_repeat) {
     if (max_repeat < 0) throw std::invalid_argument("ngram: max_repeat must be >= 0");
     for (const auto& g : ngrams) {
       if (g.empty()) throw std::invalid_argument("ngram: an n-gram must not be empty");
@@ -198,7 +199,8 @@ class NGram final : public Constraint {
       auto it = table.find(key);
       if (it != table.end()) scratch.ids.insert(scratch.ids.end(), it->second.begin(), it->second.end());
     }
-    if (max_repeat_ > 0 && s.run >= max_repeat_) scratch.ids.push_back(s.last);
+    // an id outside the vocabulary (fed by hand, or the state's initial -1) has no logit to ban
+    if (max_repeat_ > 0 && s.run >= max_repeat_ && s.last >= 0 && s.last < vocab_) scratch.ids.push_back(s.last);
     std::sort(scratch.ids.begin(), scratch.ids.end());
     scratch.ids.erase(std::unique(scratch.ids.begin(), scratch.ids.end()), scratch.ids.end());
     scratch.mode = scratch.ids.empty() ? Mask::NONE : Mask::BAN;
@@ -208,6 +210,7 @@ class NGram final : public Constraint {
  private:
   std::map<size_t, std::map<std::vector<Tok>, std::vector<Tok>>> by_len_;
   size_t max_n_ = 0;
+  int vocab_;
   int32_t max_repeat_;
 };
 
@@ -249,7 +252,7 @@ struct Row {
   RowState st;
   py::object src;          // live output-token list (None: tokens arrive through feed())
   size_t consumed = 0;     // real ids of `src` already in `st`
-  Tok last_consumed = -1;  // src[consumed-1] when consumed: detects in-place rewrites
+  long last_consumed = -1;  // src[consumed-1] when consumed: detects in-place rewrites
   bool reset = false;      // replay from scratch before advancing `pending`
   std::vector<Tok> pending;
 };
@@ -500,7 +503,9 @@ class Engine {
     size_t len = static_cast<size_t>(PySequence_Fast_GET_SIZE(seq));
     PyObject** items = PySequence_Fast_ITEMS(seq);
     // A shorter list (preemption, discarded tokens) or a rewritten last token: replay from scratch.
-    if (len < r.consumed || (r.consumed > 0 && PyLong_AsLong(items[r.consumed - 1]) != r.last_consumed)) {
+    const long prev = r.consumed > 0 && r.consumed <= len ? PyLong_AsLong(items[r.consumed - 1]) : 0;
+    if (prev == -1 && PyErr_Occurred()) PyErr_Clear();  // not an int: the replay below raises for it
+    if (len < r.consumed || (r.consumed > 0 && prev != r.last_consumed)) {
       r.reset = true;
       r.pending.clear();
       r.consumed = 0;
@@ -509,9 +514,10 @@ class Engine {
       long v = PyLong_AsLong(items[j]);
       if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
       if (v < 0) return false;  // async-scheduling placeholder: its real id is not known yet
-      r.pending.push_back(static_cast<Tok>(v));
+      // an id past the vocabulary stays one (never cut to int32, where 2**32 would become token 0)
+      r.pending.push_back(static_cast<Tok>(std::min<long>(v, vocab_)));
       r.consumed = j + 1;
-      r.last_consumed = static_cast<Tok>(v);
+      r.last_consumed = v;
     }
     return true;
   }
