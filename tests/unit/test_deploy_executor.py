@@ -11,7 +11,7 @@ from typing import Any, get_args
 import pytest
 
 from tritonpkg.deploy.driver import AdapterRollouts, Driver, Endpoints, Entry, OnStarted
-from tritonpkg.deploy.executor import Executor, Release
+from tritonpkg.deploy.executor import Executor, Recorded, Release
 from tritonpkg.deploy.plan import Plan, Step, StepKind, Unit
 from tritonpkg.deploy.state import StateStore
 
@@ -168,4 +168,5 @@ def test_what_provision_records_before_it_returns_reaches_the_rollback(tmp_path:
 def test_endpoints_round_trip_the_state_files_json() -> None:
     facts = {"slot": 2, "pgid": 7, "pg_start": 99, "pg_exe": "/bin/x", "schema": {"inputs": []}, "future": [1]}
     ep = Endpoints.of(facts)
-    assert (ep.slot, ep.schema_, ep.facts()) == (2, {"inputs": []}, facts)  # a field it does not know is kept
+    assert (ep.slot, ep.facts()) == (2, facts)  # a field it does not know (the executor's too) is kept
+    assert Recorded.model_validate(facts).facts() == {"schema": {"inputs": []}}  # the executor's own, apart

@@ -8,12 +8,12 @@ from tritonpkg.deploy.plan import (
     LiveState,
     PlanError,
     Unit,
-    choose,
     plan_gc,
     plan_red_black,
     plan_rollback,
     plan_versioned,
 )
+from tritonpkg.deploy.strategy import choose
 
 
 def live_blue(version: int = 1) -> LiveState:

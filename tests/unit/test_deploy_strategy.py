@@ -10,7 +10,7 @@ import pytest
 from tritonpkg.deploy.iodiff import Schema, Tensor
 from tritonpkg.deploy.plan import LiveState, PlanError, Unit
 from tritonpkg.deploy.release import Release
-from tritonpkg.deploy.strategy import Observed, choose_plan, wants_adapter_files
+from tritonpkg.deploy.strategy import Observed, adapter_candidate, choose_plan
 
 X = Tensor(name="X", data_type="TYPE_FP32", dims=[2])
 LIVE = LiveState(model="bot", units=[Unit(name="bot-blue", version=1, color="blue", weight=100, status="serving")])
@@ -75,5 +75,6 @@ def test_why_a_release_is_no_adapter_rollout() -> None:
     with pytest.raises(PlanError, match="version 1 is not above the live adapters' 1"):
         choose_plan(release(1, "adapters"), LIVE, seen(new_files=files(1, b"new")), adapter_rollouts=True, grace_s=30)
     two = LiveState(model="bot", units=[LIVE.units[0].model_copy(update={"replicas": 2})])
-    assert not wants_adapter_files(release(2), two, True, EP)  # nothing to read: the choice needs no files
+    assert adapter_candidate(release(2), two, True, EP) is None  # nothing to read: the choice needs no files
+    assert adapter_candidate(release(2), LIVE, True, EP) == Path(EP["serving_repository"]) / "bot" / "1"
     assert choose_plan(release(2), two, seen(), adapter_rollouts=True, grace_s=30).reason.endswith("red-black")

@@ -233,7 +233,7 @@ def diff(
     """Compare the I/O schemas (names, dtypes, dims, optional flags, batching) and say whether clients of OLD
     keep working against NEW — the choice `deploy --strategy auto` makes (compatible: red-black, else versioned)."""
     from tritonpkg.deploy import iodiff
-    from tritonpkg.deploy.plan import choose
+    from tritonpkg.deploy.strategy import choose
 
     d = iodiff.diff(iodiff.load(old), iodiff.load(new))
     strategy, reason = choose("auto", d.compatible, d.reasons())

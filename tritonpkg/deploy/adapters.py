@@ -104,6 +104,7 @@ class Lists(BaseModel):
     final: dict[str, str]
     canaries: list[str]
     summary: str
+    ids: dict[str, str] = Field(default_factory=dict, description="the new release's adapter identities")
 
 
 def rollout_lists(live: Mapping[str, str], live_ids: Mapping[str, str], new_folders: Mapping[str, str],
@@ -129,7 +130,42 @@ def rollout_lists(live: Mapping[str, str], live_ids: Mapping[str, str], new_fold
     canaries = [f"{n}@{version}" for n in changed]
     summary = (f"load {', '.join(canaries) or 'nothing'}; alias {', '.join(sorted(fresh)) or '-'}"
                + (f"; retire {', '.join(retired)}" if retired else ""))
-    return Lists(load=load, alias=alias, final=final, canaries=canaries, summary=summary)
+    return Lists(load=load, alias=alias, final=final, canaries=canaries, summary=summary, ids=dict(new_ids))
+
+
+class Refusal(BaseModel):
+    """Why a release is no adapter rollout; `quiet`: it is no candidate at all (LoRA off), nothing to explain."""
+
+    why: list[str]
+    quiet: bool = False
+
+
+def rollout(live_version: int, live_files: Mapping[str, bytes], recorded: Mapping[str, Any], model: str,
+            version: int, new_files: Mapping[str, bytes], version_dir: Path,
+            served: Mapping[str, str] | None, served_error: Exception | None) -> Lists | Refusal:
+    """The lists that roll release `version` of `model` (its files `new_files`, packaged in `version_dir`) into the
+    live unit (its packaged `live_files`, the adapters `recorded` by an earlier rollout, the list it `served`), or
+    why not. `served_error` (the served list could not be read) is raised only where the rollout needs the list."""
+    try:
+        live = facts(model, live_version, live_files)
+        new = facts(model, version, new_files)
+    except (ValueError, TritonpkgError) as exc:
+        return Refusal(why=[f"the releases cannot be compared: {exc}"])
+    if not (live.lora and new.lora):
+        return Refusal(why=["LoRA is off in the " + ("live" if not live.lora else "new") + " release"], quiet=True)
+    live.adapters = dict(recorded.get("adapter_ids") or live.adapters)
+    released = max(live_version, int(recorded.get("adapter_release") or 0))
+    why = only_adapters_changed(live, new)
+    if not why and version <= released:
+        why.append(f"version {version} is not above the live adapters' {released}")
+    if why:
+        return Refusal(why=why)
+    if served_error is not None:
+        raise served_error
+    listing = _object(version_files.adapter_list, new_files.get(f"{model}/{version}/{MULTI_LORA}"))
+    folders = {name: str(version_dir / loc.removeprefix("./")) if loc.startswith("./") else loc
+               for name, loc in listing.items()}
+    return rollout_lists(dict(served or {}), live.adapters, folders, new.adapters, version)
 
 
 def repository_files(repository: Path, model: str, version: int) -> dict[str, bytes]:

@@ -18,8 +18,9 @@ from tritonpkg.deploy.release import Release
 
 
 class Endpoints(BaseModel):
-    """Where one unit is and what started it, as the state file keeps it (a JSON object per unit). Each
-    target fills its own fields; a state written by another tritonpkg may hold more, kept as they are."""
+    """Where one unit is and what started it, as its target reports it (the executor keeps its own facts beside
+    them in the unit's JSON object: executor.Recorded). Each target fills its own fields; a state written by
+    another tritonpkg may hold more, kept as they are."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
@@ -37,17 +38,9 @@ class Endpoints(BaseModel):
     serving_repository: str | None = None
     unit_dir: str | None = None
     weights: list[dict[str, Any]] | None = None
-    # the unit's LoRA adapters: the list it serves, and (after an adapter rollout) the release they came from
-    # with each adapter's identity (adapters.facts)
-    adapters: dict[str, str] | None = None
-    adapter_release: int | None = None
-    adapter_ids: dict[str, str] | None = None
     # kubernetes: the unit's Deployment/Service name
     name: str | None = None
     namespace: str | None = None
-    # the executor's: the unit's I/O schema (auto strategy) and the success count last seen (gc)
-    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
-    seen: float | None = None
 
     @classmethod
     def of(cls, facts: Mapping[str, Any] | Endpoints | None) -> Endpoints:

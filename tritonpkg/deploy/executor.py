@@ -8,9 +8,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from tritonpkg.deploy import adapters as adapters_mod
 from tritonpkg.deploy import gate as gate_mod
@@ -48,6 +48,23 @@ def _named_unit(step: Step) -> str:
     return step.unit
 
 
+class Recorded(BaseModel):
+    """The executor's own facts about a unit, kept in the unit's JSON object beside its target's (Endpoints): the
+    I/O schema it serves (auto's choice), the success count last seen (gc), and its LoRA adapters (the list it
+    serves and, after an adapter rollout, the release they came from with each adapter's identity)."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    seen: float | None = None
+    adapters: dict[str, str] | None = None
+    adapter_release: int | None = None
+    adapter_ids: dict[str, str] | None = None
+
+    def facts(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
 class Recovery(BaseModel):
     """A run a stopped command left half-done, rolled back before this command's own run."""
 
@@ -75,26 +92,29 @@ def plan_release(store: StateStore, release: Release, adapter_rollouts: bool = F
     the state, the live unit's files and the release's; a dry run needs no driver). `adapter_rollouts`: the
     target can roll adapters into a running engine (auto then picks that for an adapter-only change)."""
     live = store.live(release.model)
-    return strategy.choose_plan(release, live, observe(store, release, live, adapter_rollouts),
-                                adapter_rollouts=adapter_rollouts, grace_s=adapter_grace_s)
+    endpoints = {row["name"]: row["endpoints"] for row in store.units_table(release.model)}
+    seen = observe(release, live, endpoints, adapter_rollouts)
+    return strategy.choose_plan(release, live, seen, adapter_rollouts=adapter_rollouts, grace_s=adapter_grace_s)
 
 
-def observe(store: StateStore, release: Release, live: LiveState, adapter_rollouts: bool) -> strategy.Observed:
-    """What the strategy choice reads: the serving unit's recorded schema, and where an adapter rollout is a
-    candidate the live unit's packaged files, its served adapter list and the release's files."""
-    serving = live.serving()
-    schema = store.endpoints(live.model, serving.name).get("schema") if serving else None
-    current = strategy.adapter_unit(live)
-    ep = store.endpoints(live.model, current.name) if current is not None else {}
-    if current is None or not strategy.wants_adapter_files(release, live, adapter_rollouts, ep):
+def observe(release: Release, live: LiveState, endpoints: dict[str, dict[str, Any]],
+            adapter_rollouts: bool) -> strategy.Observed:
+    """What the strategy choice reads: the serving unit's recorded schema (`endpoints`: each unit's, as recorded),
+    and where an adapter rollout is a candidate the live unit's packaged files, its served adapter list and the
+    release's files."""
+    serving, current = live.serving(), live.current()
+    schema = endpoints.get(serving.name, {}).get("schema") if serving else None
+    ep = endpoints.get(current.name, {}) if current is not None else {}
+    served_at = strategy.adapter_candidate(release, live, adapter_rollouts, ep)
+    if current is None or served_at is None:
         return strategy.Observed(serving_schema=schema, endpoints=ep)
     try:
-        live_files = adapters_mod.repository_files(Path(ep["repository"]), live.model, current.version)
         new_files = release.files()
+        live_files = adapters_mod.repository_files(Path(ep["repository"]), live.model, current.version)
     except (OSError, ValueError, TritonpkgError) as exc:
         return strategy.Observed(serving_schema=schema, endpoints=ep, unreadable=str(exc))
     try:
-        served = adapters_mod.served_list(strategy.serving_version(ep, live.model, current.version))
+        served = adapters_mod.served_list(served_at)
     except TritonpkgError as exc:
         return strategy.Observed(serving_schema=schema, endpoints=ep, live_files=live_files, new_files=new_files,
                                  served_error=exc)
@@ -121,19 +141,13 @@ class Executor:
 
     def deploy(self, release: Release) -> Outcome:
         """Recover an interrupted run, then plan: a deploy the plan refuses (PlanError) has written nothing,
-        neither the release's repository nor the state nor the proxy."""
-        recovered = self.recover(release.model)
-        self.plan(release)
-        release = build(release)
-        self.store.ensure_deployment(release.model, self.driver.target)
+        neither the release's repository nor the state nor the proxy. The plan is made once, from the release as
+        built in memory (its files and schema are the ones `build` writes); the run records the deployment."""
         self._sync_proxy(release.model)
+        recovered = self.recover(release.model)
         plan = self.plan(release)
-        outcome = self.run(plan, release)
-        if outcome.ok and plan.strategy == "adapters":  # the deployment's own strategy stays as it was
-            unit = _named_unit(plan.steps[0])
-            ids = adapters_mod.facts(release.model, release.version, release.files()).adapters
-            self._record(release.model, unit, Endpoints(adapter_ids=ids, adapter_release=release.version))
-        elif outcome.ok:
+        outcome = self.run(plan, build(release))
+        if outcome.ok and plan.strategy != "adapters":  # an adapter rollout keeps the deployment's own strategy
             self.store.set_deployment(release.model, strategy=plan.strategy)
         outcome.recovered = recovered
         return outcome
@@ -167,24 +181,24 @@ class Executor:
         self._sync_proxy(model)
         now = time.time() if now is None else now
         self.refresh_activity(model, now)
-        steps = plan_gc(self.store.live(model), now, grace_s)
+        live = self.store.live(model)
+        steps = plan_gc(live, now, grace_s)
         for step in steps:
             self._do(model, step, None)
         return [s.unit for s in steps if s.kind == "retire" and s.unit]
 
     def refresh_activity(self, model: str, now: float) -> None:
         """A unit whose success count grew since the last look was active now."""
+        active = {}
         for row in self.store.units_table(model):
             if row["status"] == "retired" or "metrics_url" not in row["endpoints"]:
                 continue
-            ep = Endpoints.of(row["endpoints"])
-            text = self.driver.metrics_text(ep)
-            if text is None:
-                continue
-            seen = gate_mod.parse(text, model).success
-            if seen > (ep.seen or 0.0):
-                self.store.update_unit(model, row["name"], last_active=now,
-                                       endpoints={**row["endpoints"], "seen": seen})
+            text = self.driver.metrics_text(Endpoints.of(row["endpoints"]))
+            seen = gate_mod.parse(text, model).success if text is not None else None
+            if seen is not None and seen > (Recorded.model_validate(row["endpoints"]).seen or 0.0):
+                active[row["name"]] = {**row["endpoints"], "seen": seen}
+        for name, endpoints in active.items():
+            self.store.update_unit(model, name, last_active=now, endpoints=endpoints)
 
     def recover(self, model: str | None = None) -> list[Recovery]:
         """Roll back runs a killed command left half-done."""
@@ -199,7 +213,7 @@ class Executor:
     # -- running a plan --------------------------------------------------------------------------
     def run(self, plan: Plan, release: Release | None) -> Outcome:
         started = time.monotonic()
-        run = self.store.start_run(plan)
+        run = self.store.start_run(plan, self.driver.target)
         done: list[str] = []
         self._baseline.clear()
         for idx, step in enumerate(plan.steps):
@@ -235,10 +249,9 @@ class Executor:
         return lines
 
     def _sync_proxy(self, model: str) -> None:
-        """Give the driver what the state holds: the local proxy's facts, the kubernetes route's picture."""
-        dep = self.store.deployment(model)
-        if dep is None:
-            return
+        """Give the driver what the state holds: the local proxy's facts, the kubernetes route's picture (empty
+        for a model not deployed yet)."""
+        dep = self.store.deployment(model) or {"info": {}, "alias": None}
         self.driver.sync(model, self.store.units_table(model), dep.get("alias"))
         if dep["info"].get("proxy") and not self.driver.proxy:
             self.driver.proxy = dict(dep["info"]["proxy"])
@@ -254,8 +267,8 @@ class Executor:
     def _ep(self, model: str, unit: str) -> Endpoints:
         return Endpoints.of(self.store.endpoints(model, unit))
 
-    def _record(self, model: str, unit: str, facts: Endpoints) -> None:
-        """Merge `facts` into the unit's recorded endpoints."""
+    def _record(self, model: str, unit: str, facts: Endpoints | Recorded) -> None:
+        """Merge `facts` into the unit's recorded JSON object."""
         self.store.update_unit(model, unit, endpoints={**self.store.endpoints(model, unit), **facts.facts()})
 
     # -- one handler per step kind: the state file's side here, the target's through the driver ------------
@@ -276,8 +289,8 @@ class Executor:
             self._save_proxy(model)
 
         ep = self.driver.provision(model, unit, release, taken, started)
-        ep.schema_ = release.schema_.model_dump() if release.schema_ else None
-        self.store.update_unit(model, name, status="inactive", endpoints=ep.facts())
+        schema = Recorded(schema_=release.schema_.model_dump() if release.schema_ else None)
+        self.store.update_unit(model, name, status="inactive", endpoints={**ep.facts(), **schema.facts()})
         self._save_proxy(model)
         return f"up at {ep.http_url or ep.name or ''}"
 
@@ -337,7 +350,9 @@ class Executor:
             time.sleep(c.step.wait_s)  # requests on the adapters about to be dropped finish
         version = next(u.version for u in self.store.live(c.model).units if u.name == unit)
         served = self._rollouts().adapters(c.model, version, self._ep(c.model, unit), c.step.adapters)
-        self._record(c.model, unit, Endpoints(adapters=served))
+        released = c.step.adapter_ids is not None
+        self._record(c.model, unit, Recorded(adapters=served, adapter_ids=c.step.adapter_ids,
+                                             adapter_release=c.step.version if released else None))
         return f"serving {', '.join(served) or 'no adapters'}"
 
     def _adapter_check(self, c: _Ctx) -> str:

@@ -61,6 +61,10 @@ class LiveState(BaseModel):
         live = [u for u in self.active() if u.weight > 0]
         return max(live, key=lambda u: (u.weight, u.version)) if live else None
 
+    def current(self) -> Unit | None:
+        """The unit consumers are pointed at: the alias's, else the serving one (an adapter rollout changes it)."""
+        return self.unit(self.alias or "") or self.serving()
+
 
 class Step(BaseModel):
     kind: StepKind
@@ -72,6 +76,8 @@ class Step(BaseModel):
     adapters: dict[str, str] | None = Field(default=None, description="adapters: the whole list to serve")
     names: list[str] = Field(default_factory=list, description="adapter_check: the adapters to ask")
     wait_s: float = Field(default=0.0, ge=0, description="adapters: the grace to wait before writing the list")
+    adapter_ids: dict[str, str] | None = Field(default=None, description="adapters: the release's adapter "
+                                               "identities, recorded once its list is served (the final one)")
     note: str = ""
 
     def describe(self) -> str:
@@ -151,7 +157,7 @@ def plan_versioned(live: LiveState, version: int, replicas: int = 1) -> Plan:
 
 def plan_adapters(live: LiveState, unit: str, version: int, live_list: dict[str, str], load: dict[str, str],
                   alias: dict[str, str], final: dict[str, str], canaries: list[str], grace_s: float,
-                  summary: str = "") -> Plan:
+                  summary: str = "", ids: dict[str, str] | None = None) -> Plan:
     """Release `version`'s adapters into `unit`'s engine: load, canary, alias, grace, final list. Any failure
     before the run ends writes `live_list` back (the engine drops what was loaded; the old names answer again)."""
     if live.unit(unit) is None:
@@ -159,7 +165,7 @@ def plan_adapters(live: LiveState, unit: str, version: int, live_list: dict[str,
     steps = [Step(kind="adapters", unit=unit, version=version, adapters=load, note="load: " + summary),
              Step(kind="adapter_check", unit=unit, names=canaries, note="the smoke request per new adapter"),
              Step(kind="adapters", unit=unit, version=version, adapters=alias, note="alias: names move"),
-             Step(kind="adapters", unit=unit, version=version, adapters=final, wait_s=grace_s,
+             Step(kind="adapters", unit=unit, version=version, adapters=final, wait_s=grace_s, adapter_ids=ids or {},
                   note=f"after {grace_s:g} s of grace, the old adapters dropped")]
     rollback = [Step(kind="adapters", unit=unit, adapters=live_list, note="the live adapter list back")]
     return Plan(model=live.model, strategy="adapters", new_unit=None, steps=steps, rollback=rollback)
@@ -209,14 +215,3 @@ def plan_rollback(live: LiveState) -> Plan:
              Step(kind="drain", unit=serving.name), Step(kind="retire", unit=serving.name),
              Step(kind="alias", unit=back.name)]
     return Plan(model=live.model, strategy="red-black", new_unit=back.name, steps=steps, rollback=[])
-
-
-def choose(strategy: str, compatible: bool | None, reasons: list[str]) -> tuple[Strategy, str]:
-    """auto -> red-black when the new I/O is compatible with the live one, else versioned, with why."""
-    if strategy in ("red-black", "versioned", "adapters"):
-        return strategy, f"--strategy {strategy}"  # type: ignore[return-value]
-    if compatible is None:
-        return "red-black", "auto: nothing live to compare with, red-black"
-    if compatible:
-        return "red-black", "auto: I/O compatible with the live version, red-black"
-    return "versioned", "auto: I/O incompatible with the live version (" + "; ".join(reasons) + "), versioned"

@@ -229,7 +229,11 @@ class StateStore:
         return [{**dict(r), "endpoints": json.loads(r["endpoints"]), "routed": bool(r["routed"])} for r in rows]
 
     # -- runs and step history ---------------------------------------------------------------------
-    def start_run(self, plan: Plan) -> int:
+    def start_run(self, plan: Plan, target: str | None = None) -> int:
+        """A run of `plan`, recorded `running` until finish_run; `target` records the model's deployment first
+        where there is none yet (a first deploy)."""
+        if target is not None:
+            self.ensure_deployment(plan.model, target)
         with self._db() as db:
             cur = db.execute("INSERT INTO runs(model, strategy, status, plan, reason, started) VALUES (?,?,?,?,?,?)",
                              (plan.model, plan.strategy, "running", plan.model_dump_json(), plan.reason, time.time()))

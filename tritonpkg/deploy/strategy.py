@@ -10,14 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tritonpkg import version_files
 from tritonpkg.deploy import adapters, iodiff
 from tritonpkg.deploy.plan import (
     LiveState,
     Plan,
     PlanError,
+    Strategy,
     Unit,
-    choose,
     plan_adapters,
     plan_red_black,
     plan_versioned,
@@ -30,7 +29,7 @@ from tritonpkg.errors import TritonpkgError
 class Observed:
     """What the choice reads besides the release: the serving unit's recorded I/O schema; for an adapter rollout
     the live unit's recorded endpoints, its packaged files, its served adapter list and the release's files (None:
-    not read, see `wants_adapter_files`; `unreadable`: why reading the files failed, `served_error`: the served
+    not read, see `adapter_candidate`; `unreadable`: why reading the files failed, `served_error`: the served
     list's, raised only where the rollout needs it)."""
 
     serving_schema: Mapping[str, Any] | None = None
@@ -42,13 +41,7 @@ class Observed:
     served_error: TritonpkgError | None = None
 
 
-def adapter_unit(live: LiveState) -> Unit | None:
-    """The unit an adapter rollout would change: the alias's, else the serving one."""
-    return live.unit(live.alias or "") or live.serving()
-
-
-def _blockers(live: LiveState, supported: bool, endpoints: Mapping[str, Any]) -> list[str]:
-    current = adapter_unit(live)
+def _blockers(current: Unit | None, supported: bool, endpoints: Mapping[str, Any]) -> list[str]:
     if current is None:
         return ["no live unit"]
     if not supported:
@@ -60,9 +53,13 @@ def _blockers(live: LiveState, supported: bool, endpoints: Mapping[str, Any]) ->
     return []
 
 
-def wants_adapter_files(release: Release, live: LiveState, supported: bool, endpoints: Mapping[str, Any]) -> bool:
-    """Whether the choice compares the releases' files (the executor reads them only then)."""
-    return release.strategy in ("auto", "adapters") and not _blockers(live, supported, endpoints)
+def adapter_candidate(release: Release, live: LiveState, supported: bool, endpoints: Mapping[str, Any]) -> Path | None:
+    """Where the live unit serves its adapter list when the choice compares the releases' files (the executor reads
+    them only then), else None."""
+    current = live.current()
+    if current is None or release.strategy not in ("auto", "adapters") or _blockers(current, supported, endpoints):
+        return None
+    return Path(endpoints["serving_repository"]) / live.model / str(current.version)
 
 
 def choose_plan(release: Release, live: LiveState, seen: Observed, *, adapter_rollouts: bool,
@@ -83,13 +80,23 @@ def choose_plan(release: Release, live: LiveState, seen: Observed, *, adapter_ro
     return plan
 
 
-def _strategy(release: Release, serving_schema: Mapping[str, Any] | None) -> tuple[str, str]:
-    if release.strategy != "auto":
-        return choose(release.strategy, None, [])
-    if serving_schema is None or release.schema_ is None:
-        return choose("auto", None, [])
-    d = iodiff.diff(iodiff.Schema.model_validate(dict(serving_schema)), release.schema_)
-    return choose("auto", d.compatible, d.reasons())
+def _strategy(release: Release, serving_schema: Mapping[str, Any] | None) -> tuple[Strategy, str]:
+    compatible, reasons = None, []
+    if release.strategy == "auto" and serving_schema is not None and release.schema_ is not None:
+        d = iodiff.diff(iodiff.Schema.model_validate(dict(serving_schema)), release.schema_)
+        compatible, reasons = d.compatible, d.reasons()
+    return choose(release.strategy, compatible, reasons)
+
+
+def choose(strategy: str, compatible: bool | None, reasons: list[str]) -> tuple[Strategy, str]:
+    """auto -> red-black when the new I/O is compatible with the live one, else versioned, with why."""
+    if strategy in ("red-black", "versioned", "adapters"):
+        return strategy, f"--strategy {strategy}"  # type: ignore[return-value]
+    if compatible is None:
+        return "red-black", "auto: nothing live to compare with, red-black"
+    if compatible:
+        return "red-black", "auto: I/O compatible with the live version, red-black"
+    return "versioned", "auto: I/O incompatible with the live version (" + "; ".join(reasons) + "), versioned"
 
 
 def _adapter_rollout(release: Release, live: LiveState, seen: Observed, supported: bool,
@@ -97,38 +104,19 @@ def _adapter_rollout(release: Release, live: LiveState, seen: Observed, supporte
     """The adapter rollout of `release` into the live unit, or why there is none ([] when not asked about)."""
     if release.strategy not in ("auto", "adapters"):
         return []
-    current = adapter_unit(live)
-    why = _blockers(live, supported, seen.endpoints)
+    current = live.current()
+    why = _blockers(current, supported, seen.endpoints)
     if why or current is None:
         return _refuse(release, why, quiet=True)
     if seen.unreadable or seen.live_files is None or seen.new_files is None:
         return _refuse(release, [f"the releases cannot be compared: {seen.unreadable or 'files not read'}"])
-    try:
-        live_facts = adapters.facts(live.model, current.version, seen.live_files)
-        new_facts = adapters.facts(release.model, release.version, seen.new_files)
-    except (ValueError, TritonpkgError) as exc:
-        return _refuse(release, [f"the releases cannot be compared: {exc}"])
-    if not (live_facts.lora and new_facts.lora):
-        return _refuse(release, ["LoRA is off in the " + ("live" if not live_facts.lora else "new") + " release"],
-                       quiet=True)
-    ep = seen.endpoints
-    live_facts.adapters = dict(ep.get("adapter_ids") or live_facts.adapters)
-    released = max(current.version, int(ep.get("adapter_release") or 0))
-    why = adapters.only_adapters_changed(live_facts, new_facts)
-    if not why and release.version <= released:
-        why.append(f"version {release.version} is not above the live adapters' {released}")
-    if why:
-        return _refuse(release, why)
-    if seen.served_error is not None:
-        raise seen.served_error
-    listing = version_files.adapter_list(seen.new_files[f"{release.model}/{release.version}/{adapters.MULTI_LORA}"])
-    version_dir = release.repository / release.model / str(release.version)
-    folders = {name: str(version_dir / loc.removeprefix("./")) if loc.startswith("./") else loc
-               for name, loc in listing.items()}
-    live_list = dict(seen.served or {})
-    lists = adapters.rollout_lists(live_list, live_facts.adapters, folders, new_facts.adapters, release.version)
-    plan = plan_adapters(live, current.name, release.version, live_list, lists.load, lists.alias, lists.final,
-                         lists.canaries, grace_s, summary=lists.summary)
+    lists = adapters.rollout(current.version, seen.live_files, seen.endpoints, release.model, release.version,
+                             seen.new_files, release.repository / release.model / str(release.version),
+                             seen.served, seen.served_error)
+    if isinstance(lists, adapters.Refusal):
+        return _refuse(release, lists.why, quiet=lists.quiet)
+    plan = plan_adapters(live, current.name, release.version, dict(seen.served or {}), lists.load, lists.alias,
+                         lists.final, lists.canaries, grace_s, summary=lists.summary, ids=lists.ids)
     plan.reason = ("--strategy adapters" if release.strategy == "adapters" else
                    "auto: only the LoRA adapters changed, rolled into the live engine of " + current.name)
     return plan
@@ -141,8 +129,3 @@ def _refuse(release: Release, why: list[str], quiet: bool = False) -> list[str]:
         raise PlanError("not an adapter rollout: " + "; ".join(why), field="strategy",
                         expected="a release whose only change from the live unit is its adapters")
     return [] if quiet else why
-
-
-def serving_version(endpoints: Mapping[str, Any], model: str, version: int) -> Path:
-    """The live unit's served version folder, where its adapter list is."""
-    return Path(endpoints["serving_repository"]) / model / str(version)
