@@ -97,11 +97,12 @@ def fetch_args(archive: ArchiveRef) -> list[str]:
 
 def serve_args(archive: ArchiveRef) -> list[str]:
     """The main container's `tritonpkg serve` (the image's entrypoint): every public port bound in the pod,
-    the OpenAI API on, a dead engine ending the container, the drain within the termination grace."""
+    the OpenAI API on, a dead engine ending the container, the drain within the termination grace; no --json,
+    whose report carries the admin key, into the pod's log."""
     pod_ip = "0.0.0.0"  # noqa: S104 - the pod's own network namespace: the Service and the kubelet's probes reach it
     return ["serve", archive_path(archive), "--host", pod_ip, "--http-port", str(HTTP), "--grpc-port", str(GRPC),
             "--metrics-port", str(METRICS), "--openai-port", str(OPENAI), "--state-dir", f"{STATE}/serve",
-            "--weights-root", WEIGHTS, "--on-engine-death", "exit", "--drain-timeout", str(DRAIN_TIMEOUT_S), "--json"]
+            "--weights-root", WEIGHTS, "--on-engine-death", "exit", "--drain-timeout", str(DRAIN_TIMEOUT_S)]
 
 
 def _floor(n: int, scaling: Autoscaling) -> int:

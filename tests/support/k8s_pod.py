@@ -1,0 +1,108 @@
+"""Run a generated Kubernetes pod's containers the way a kubelet would, without a cluster: called as
+`unshare -m -n python -m tests.support.k8s_pod PLAN.json`, so it has a mount namespace and a network namespace
+of its own (loopback only, like a pod). In it: an S3 API (moto) with the package archive and the weights
+uploaded, then a tmpfs over every host folder the release came from and over each of the pod's emptyDirs, then
+the init container's command, then the main container's, with the pod's environment; the model is asked from
+inside the namespace, the main container stopped with SIGTERM, and what was seen written to the plan's result
+file (outside the hidden folders). A host path left in the manifests or the archive fails here."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from tritonpkg.devtools.s3 import MotoS3
+from tritonpkg.proc.group import own_group
+
+
+def _http(url: str, body: dict | None = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET",
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            text = resp.read().decode()
+            return resp.status, json.loads(text) if text.strip() else None
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+
+
+def _upload(s3: Any, url: str, path: Path) -> None:
+    bucket, _, key = url.removeprefix("s3://").partition("/")
+    if bucket not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
+        s3.create_bucket(Bucket=bucket)
+    if path.is_dir():
+        for f in sorted(p for p in path.rglob("*") if p.is_file()):
+            s3.upload_file(str(f), bucket, f"{key.rstrip('/')}/{f.relative_to(path).as_posix()}")
+    else:
+        s3.upload_file(str(path), bucket, key)
+
+
+def main(plan_file: str) -> None:
+    plan = json.loads(Path(plan_file).read_text())
+    result: dict[str, Any] = {}
+    out = Path(plan["result"])
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    moto = MotoS3.start(Path(plan["moto_log"]))
+    serve = None
+    try:
+        s3 = moto.client()
+        for url, path in plan["uploads"].items():
+            _upload(s3, url, Path(path))
+        for folder in [*plan["hide"], *plan["pod_dirs"]]:
+            subprocess.run(["mount", "-t", "tmpfs", "tmpfs", folder], check=True)
+        result["hidden"] = {f: os.listdir(f) for f in plan["hide"]}
+        env = {**plan["env"], **moto.env}
+        init = subprocess.run(plan["init"], check=False, env=env, capture_output=True, text=True, timeout=600)
+        result["init"] = {"rc": init.returncode, "stdout": init.stdout[-4000:], "stderr": init.stderr[-4000:]}
+        if init.returncode != 0:
+            return
+        model, http, openai = plan["model"], plan["http"], plan["openai"]
+        with open(plan["serve_log"], "w") as log:  # the container's log, as `kubectl logs` shows it
+            serve = subprocess.Popen(plan["main"], env={**env, **plan["main_env"]}, stdout=log,
+                                     stderr=subprocess.STDOUT, **own_group())
+        deadline = time.monotonic() + 1200
+        while serve.poll() is None and time.monotonic() < deadline:  # what the readiness probe asks
+            try:
+                result["ready"] = _http(f"{openai}/health/ready")
+            except OSError as exc:
+                result["ready"] = [None, str(exc)]
+            if result["ready"][0] == 200:
+                break
+            time.sleep(2)
+        if result.get("ready", [None])[0] != 200:
+            result["serve_failed"] = serve.poll()
+            return
+        result["generate"] = {}
+        for name in [None, *plan["adapters"]]:
+            params = {**plan["sampling"], "exclude_input_in_output": True, **({"lora_name": name} if name else {})}
+            result["generate"][name or ""] = _http(f"{http}/v2/models/{model}/generate",
+                                                   {"text_input": plan["prompt"], "parameters": params})
+        result["completions"] = _http(f"{openai}/v1/completions",
+                                      {"model": model, "prompt": plan["prompt"], **plan["sampling"]})
+        key = plan["main_env"]["TRITONPKG_ADMIN_KEY"]
+        result["admin_with_key"] = _http(f"{http}/v2/repository/index", {}, {"admin-key": key})[0]
+        result["admin_without_key"] = _http(f"{http}/v2/repository/index", {})[0]
+    finally:
+        if serve is not None and serve.poll() is None:
+            serve.send_signal(signal.SIGTERM)
+            try:
+                serve.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                os.killpg(serve.pid, signal.SIGKILL)
+                serve.wait()
+            result["serve_exit"] = serve.returncode
+        moto.stop()
+        out.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
