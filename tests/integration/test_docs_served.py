@@ -32,7 +32,8 @@ DOCS = ROOT / "docs"
 BLOCK = re.compile(r"^<!-- run: (.*?) -->\n```bash\n(.*?)\n```", re.DOTALL | re.MULTILINE)
 UNTIL = re.compile(r'served, until "([^"]+)"')
 BESIDE = "served, beside the tiny LLM's Triton"
-SERVED_PAGES = sorted(p for p in DOCS.rglob("*.md") if "<!-- run: served" in p.read_text(encoding="utf-8"))
+SERVED = re.compile(r"^<!-- run: served", re.MULTILINE)
+SERVED_PAGES = sorted(p for p in DOCS.rglob("*.md") if SERVED.search(p.read_text(encoding="utf-8")))
 
 
 def _blocks(page: Path) -> list[tuple[str, list[str]]]:
