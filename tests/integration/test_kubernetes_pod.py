@@ -69,11 +69,11 @@ def pod(tmp_path_factory, tiny_llm_weights):
     deployment = next(m for m in manifests.values() if m["kind"] == "Deployment")
     secret = next(m for m in manifests.values() if m["kind"] == "Secret")
     pod_spec = deployment["spec"]["template"]["spec"]
-    fetch, = pod_spec["initContainers"]
+    fetch, verify = pod_spec["initContainers"]
     serve, = pod_spec["containers"]
     archive_file = out / dry["archive"].rsplit("/", 1)[1]
 
-    pod_dirs = sorted({m["mountPath"] for c in (fetch, serve) for m in c["volumeMounts"]})
+    pod_dirs = sorted({m["mountPath"] for c in (fetch, verify, serve) for m in c["volumeMounts"]})
     created = [d for d in pod_dirs if not os.path.exists(d)]
     for d in created:  # empty mount points on the host; the tmpfs over each exists only in the namespace
         os.makedirs(d)
@@ -86,7 +86,8 @@ def pod(tmp_path_factory, tiny_llm_weights):
         "sampling": {"max_tokens": 12, "temperature": 0},
         "uploads": {dry["archive"]: str(archive_file), WEIGHTS_URL: str(tiny_llm_weights)},
         "hide": [str(host), str(tiny_llm_weights)], "pod_dirs": pod_dirs, "env": env,
-        "init": [*fetch["command"], *fetch["args"]], "main": [*serve["command"], *serve["args"]],
+        "init": [[*c["command"], *c.get("args", [])] for c in pod_spec["initContainers"]],
+        "main": [*serve["command"], *serve["args"]],
         "main_env": {"TRITONPKG_ADMIN_KEY": secret["stringData"]["admin-key"]},
         "http": f"http://127.0.0.1:{k8s.HTTP}", "openai": f"http://127.0.0.1:{k8s.OPENAI}",
         "moto_log": str(root / "moto.log"), "result": str(root / "result.json"), "serve_log": str(root / "serve.log"),
@@ -114,11 +115,13 @@ def test_no_manifest_names_a_host_path(pod):
     assert k8s.validate(list(manifests.values()))
 
 
-def test_the_init_container_fetches_the_archive_from_the_store(pod):
+def test_the_init_containers_fetch_and_verify_the_archive_from_the_store(pod):
     _, _, plan, result = pod
     assert result["hidden"] == {folder: [] for folder in plan["hide"]}  # the host folders are hidden
-    assert result["init"]["rc"] == 0, result["init"]
-    summary = json.loads(result["init"]["stdout"])
+    fetched, verified = result["init"]
+    assert fetched["rc"] == 0, fetched
+    summary = json.loads(fetched["stdout"])
+    assert verified["rc"] == 0 and ": OK" in verified["stdout"], verified  # the sha256 the manifest names
     assert summary["files"] == 1 and summary["path"].startswith("/package/package/")
 
 

@@ -61,10 +61,13 @@ def main(plan_file: str) -> None:
             subprocess.run(["mount", "-t", "tmpfs", "tmpfs", folder], check=True)
         result["hidden"] = {f: os.listdir(f) for f in plan["hide"]}
         env = {**plan["env"], **moto.env}
-        init = subprocess.run(plan["init"], check=False, env=env, capture_output=True, text=True, timeout=600)
-        result["init"] = {"rc": init.returncode, "stdout": init.stdout[-4000:], "stderr": init.stderr[-4000:]}
-        if init.returncode != 0:
-            return
+        result["init"] = []
+        for command in plan["init"]:  # in order, each to completion, as the kubelet runs init containers
+            init = subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=600)
+            result["init"].append({"rc": init.returncode, "stdout": init.stdout[-4000:],
+                                   "stderr": init.stderr[-4000:]})
+            if init.returncode != 0:
+                return
         model, http, openai = plan["model"], plan["http"], plan["openai"]
         with open(plan["serve_log"], "w") as log:  # the container's log, as `kubectl logs` shows it
             serve = subprocess.Popen(plan["main"], env={**env, **plan["main_env"]}, stdout=log,

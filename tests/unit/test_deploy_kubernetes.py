@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import subprocess
 import types
 
 import pytest
@@ -165,14 +166,15 @@ def test_manifests_validate_against_the_kubernetes_schemas():
     assert len(lines) == 4 and "kubernetes-validate" in lines[0] and "no host path" in lines[0]
     assert "HorizontalPodAutoscaler/m-blue: valid" in lines[2] and "checked-in Gateway API" in lines[3]
     pod = pod_of(dep)
-    fetch, = pod["initContainers"]
+    fetch, verify = pod["initContainers"]
     serve, = pod["containers"]
     # the archive, fetched by the start procedure from the store, never carried by an API object
     assert fetch["args"][:3] == ["materialize", "copy", f"{STORE}/m/{'ab' * 8}"]
     assert serve["command"] == ["tritonpkg"]
     assert serve["args"][:2] == ["serve", f"/package/package/{'ab' * 8}/m-v1.tar.gz"]
     assert {"--on-engine-death", "exit", "--openai-port", "9000"} <= set(serve["args"])
-    assert fetch["image"] == serve["image"] == default_tag("24.10")  # the toolkit image of the release
+    assert verify["command"][:2] == ["sh", "-c"] and "ab" * 32 in verify["command"][2]
+    assert fetch["image"] == verify["image"] == serve["image"] == default_tag("24.10")  # the release's toolkit image
     for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
         assert serve[probe]["httpGet"]["port"] == "openai"
     assert serve["readinessProbe"]["httpGet"]["path"] == "/health/ready"
@@ -203,6 +205,22 @@ def test_invalid_manifests_are_refused_with_the_field():
     del hpa["spec"]["maxReplicas"]  # required
     with pytest.raises(k8s.ManifestError, match="HorizontalPodAutoscaler/x"):
         k8s.validate([hpa])
+
+
+def test_the_verify_init_container_stops_a_pod_whose_archive_changed_in_the_store(tmp_path):
+    """Its command, run as written (in a scratch root standing for the pod's /package): the archive the manifest
+    names passes, one changed byte fails."""
+    data = b"an archive" * 100
+    ref = package_store.archive_ref(STORE, "m", 1, hashlib.sha256(data).hexdigest())
+    command = k8s.verify_command(ref)
+    local = [*command[:2], command[2].replace(f"{k8s.PACKAGE}/", f"{tmp_path}/", 1)]
+    archive = tmp_path / k8s.archive_path(ref).removeprefix(k8s.PACKAGE + "/")
+    archive.parent.mkdir(parents=True)
+    archive.write_bytes(data)
+    assert subprocess.run(local, capture_output=True, check=False).returncode == 0
+    archive.write_bytes(data[:-1] + b"!")
+    failed = subprocess.run(local, capture_output=True, text=True, check=False)
+    assert failed.returncode != 0 and "FAILED" in failed.stdout + failed.stderr
 
 
 def test_a_host_path_or_an_object_over_1_mib_is_refused_naming_the_field():

@@ -95,6 +95,12 @@ def fetch_args(archive: ArchiveRef) -> list[str]:
             archive.revision, "--json"]
 
 
+def verify_command(archive: ArchiveRef) -> list[str]:
+    """The second init container: the fetched archive is the one this manifest names (its sha256, coreutils'
+    sha256sum), so a changed object in the store stops the pod before anything of it is unpacked."""
+    return ["sh", "-c", f"echo '{archive.sha256}  {archive_path(archive)}' | sha256sum --check --strict"]
+
+
 def serve_args(archive: ArchiveRef) -> list[str]:
     """The main container's `tritonpkg serve` (the image's entrypoint): every public port bound in the pod,
     the OpenAI API on, a dead engine ending the container, the drain within the termination grace; no --json,
@@ -153,7 +159,9 @@ def unit_manifests(model: str, unit: Unit, *, archive: ArchiveRef, namespace: st
     pod: dict[str, Any] = {
         "initContainers": [{
             "name": "fetch", "image": image, "command": ["tritonpkg"], "args": fetch_args(archive),
-            "volumeMounts": [{"name": "package", "mountPath": PACKAGE}]}],
+            "volumeMounts": [{"name": "package", "mountPath": PACKAGE}]}, {
+            "name": "verify", "image": image, "command": verify_command(archive),
+            "volumeMounts": [{"name": "package", "mountPath": PACKAGE, "readOnly": True}]}],
         "containers": [{
             "name": "serve", "image": image, "command": ["tritonpkg"], "args": serve_args(archive),
             "env": [{"name": ADMIN_ENV, "valueFrom": {"secretKeyRef": {"name": admin_secret_name(model),
