@@ -58,7 +58,7 @@ def test_each_frontend_holds_replayable_requests_whole_and_replays_nothing_else(
 def test_retries_cover_a_dead_unit_but_not_a_slow_one(tmp_path: Path) -> None:
     text = render(tmp_path, retry=haproxy.RetryPolicy(retries=2, buffer_kib=128))
     retry_on = next(ln for ln in text.splitlines() if ln.strip().startswith("retry-on")).split()[1:]
-    assert {"conn-failure", "empty-response", "junk-response", "502", "503"} <= set(retry_on)
+    assert {"conn-failure", "empty-response", "junk-response", "404", "502", "503"} <= set(retry_on)
     assert "response-timeout" not in retry_on
     assert "    retries 2\n" in text and "    option redispatch 1\n" in text
     assert "    tune.bufsize 131072\n" in text
@@ -67,3 +67,25 @@ def test_retries_cover_a_dead_unit_but_not_a_slow_one(tmp_path: Path) -> None:
 def test_without_a_body_wait_nothing_is_held(tmp_path: Path) -> None:
     text = render(tmp_path, retry=haproxy.RetryPolicy(body_wait_ms=None))
     assert "wait-for-body" not in text and text.count("disable-l7-retry") == 2
+
+
+@pytest.mark.parametrize(("model", "expected"), [
+    (None, "/v2/health/ready"),
+    ("tiny_llm", "/v2/models/tiny_llm/ready"),
+    ("a b#c;d", "/v2/models/a%20b%23c%3Bd/ready"),
+])
+def test_checks_read_the_deployed_models_readiness_as_one_token(tmp_path: Path, model: str | None,
+                                                                expected: str) -> None:
+    """A dead engine unloads its model, after which /v2/health/ready is true again: the checks must read the
+    model's own readiness, and a hostile name must not break the line (HAProxy itself parses the result)."""
+    text = render(tmp_path, model=model)
+    [line] = [ln for ln in text.splitlines() if "option httpchk" in ln]
+    assert line.split() == ["option", "httpchk", "GET", expected]
+    cfg = tmp_path / "h.cfg"
+    cfg.write_text(text)
+    (tmp_path / "r.map").write_text("")
+    import subprocess
+
+    res = subprocess.run([haproxy.find_haproxy(), "-c", "-q", "-f", str(cfg)], capture_output=True, text=True,
+                         check=False, timeout=30)
+    assert res.returncode == 0, res.stdout + res.stderr

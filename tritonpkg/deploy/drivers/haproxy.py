@@ -10,7 +10,9 @@ asks) is sent to the slot the routes map names; everything else goes to `live_*`
 
 A unit that dies costs no idempotent request (RetryPolicy): a refused connect is retried on another
 server for every request, and an inference or read-only request whose unit closes or answers 502/503/504
-before its response began is replayed on another server. Replaying needs the whole request in HAProxy's
+before its response began is replayed on another server, as is one answered 404 (HTTP: the unit's model unloaded,
+what a dead engine leaves until the checks mark the unit DOWN; gRPC says NOT_FOUND in a trailer, which HAProxy
+cannot retry on). Replaying needs the whole request in HAProxy's
 buffer before it is first sent, so those requests wait for their body (`wait-for-body`); without that
 HAProxy forwards the headers at once, marks the request unreplayable, and a keep-alive client sees its
 connection closed with no answer. Model control, shared-memory, trace and log settings are never
@@ -32,6 +34,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from pydantic import BaseModel, Field
 
@@ -46,7 +49,7 @@ MAX_SOCKET_PATH = 97  # HAProxy's limit on a Unix socket's path (sun_path, less 
 
 
 class CheckPolicy(BaseModel):
-    """How HAProxy judges a unit. The defaults let one slow answer of /v2/health/ready pass (up to
+    """How HAProxy judges a unit. The defaults let one slow answer of the readiness check (check_path) pass (up to
     `timeout_ms`) and take `fall` failed checks in a row to mark a unit DOWN; a dead unit costs no
     request meanwhile, because a refused connection is retried on another server."""
 
@@ -94,10 +97,18 @@ def find_haproxy() -> str:
     return path
 
 
+def check_path(model: str | None) -> str:
+    """What the health checks GET on each unit: the deployed model's own readiness, which follows its engine (a
+    dead engine unloads its model; /v2/health/ready is true again once that unload is done, docs: engine death),
+    else the server's. The name is percent-encoded: it goes into the configuration as one token."""
+    return "/v2/health/ready" if not model else f"/v2/models/{quote(model, safe='')}/ready"
+
+
 def render_config(*, http_port: int, grpc_port: int, socket_path: Path, map_path: Path, slots: int,
-                  checks: CheckPolicy | None = None, retry: RetryPolicy | None = None) -> str:
-    """The whole configuration. Health checks probe Triton's /v2/health/ready on each slot's HTTP port
-    (also for the gRPC servers, through check-port)."""
+                  checks: CheckPolicy | None = None, retry: RetryPolicy | None = None,
+                  model: str | None = None) -> str:
+    """The whole configuration. Health checks probe check_path(model) on each slot's HTTP port (also for the
+    gRPC servers, through check-port)."""
     c = checks or CheckPolicy()
     r = retry or RetryPolicy()
 
@@ -136,8 +147,8 @@ defaults
     timeout http-keep-alive 30s{timeout_check}
     retries {r.retries}
     option redispatch 1
-    retry-on conn-failure empty-response junk-response 502 503 504
-    option httpchk GET /v2/health/ready{allbackups}
+    retry-on conn-failure empty-response junk-response 404 502 503 504
+    option httpchk GET {check_path(model)}{allbackups}
     default-server {every}
 
 frontend http_in
@@ -290,8 +301,9 @@ class Proxy:
     (socket, ports, process group; `unit_port_base`, the deployment's, rides along)."""
 
     def __init__(self, workdir: Path, facts: dict[str, Any] | None = None, *, http_port: int = 0,
-                 grpc_port: int = 0, slots: int = 6, persistent: bool = False) -> None:
+                 grpc_port: int = 0, slots: int = 6, persistent: bool = False, model: str | None = None) -> None:
         self.workdir = workdir
+        self.model = model  # whose readiness the health checks read (check_path)
         self.facts: dict[str, Any] = dict(facts or {})
         self.http_port, self.grpc_port, self.slots = http_port, grpc_port, slots
         self.persistent = persistent
@@ -331,7 +343,7 @@ class Proxy:
         sock, routes, cfg = socket_dir(self.workdir) / SOCKET, self.workdir / "routes.map", self.config
         state.write_private(routes, "")
         state.write_private(cfg, render_config(http_port=http_port, grpc_port=grpc_port, socket_path=sock,
-                                               map_path=routes, slots=self.slots))
+                                               map_path=routes, slots=self.slots, model=self.model))
         state.check_file(self.workdir / "haproxy.log")  # appended to: a link would be followed
         state.secure_dir(sock.parent)  # once the state's files passed: a refusal leaves nothing outside the state
         sock.unlink(missing_ok=True)  # removes a link itself, never its target
