@@ -173,7 +173,10 @@ def _config_problems(config: dict[str, Any]) -> Iterator[tuple[str, str, str]]:
     for key, why in UNSUPPORTED.items():
         if config.get(key):
             yield key, why, f"{key} off"
-    if config.get("modules_to_save") and set(config["modules_to_save"]) - {"classifier", "score"}:
+    saved = config.get("modules_to_save")
+    if saved and not (isinstance(saved, list) and all(isinstance(name, str) for name in saved)):
+        yield "modules_to_save", f"modules_to_save is {saved!r:.80}", "a list of module names, or null"
+    elif saved and set(saved) - {"classifier", "score"}:
         yield "modules_to_save", "vLLM serves modules_to_save only for classifier/score heads", "null"
     if config.get("bias", "none") != "none":
         yield "bias", f"bias {config['bias']!r}: vLLM serves adapters without bias", "none"
