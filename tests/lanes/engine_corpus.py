@@ -58,6 +58,12 @@ def build_cases(release: str, model: str) -> list[Case]:
         Case("type_enforce_eager_int", {**base, "enforce_eager": 1}, "a bool field given 1"),
         Case("type_enforce_eager_str", {**base, "enforce_eager": "sure"}, "a bool field given a word"),
         Case("type_gmu_list", {**base, "gpu_memory_utilization": [0.5]}, "a float field given a list"),
+        Case("type_gmu_str", {**base, "gpu_memory_utilization": "0.5"}, "a float field given a numeric string"),
+        Case("type_max_num_seqs_str", {**base, "max_num_seqs": "4"}, "a scheduler int given a numeric string"),
+        Case("type_max_model_len_float", {**base, "max_model_len": 128.0}, "an int field given a whole float"),
+        Case("type_max_model_len_frac", {**base, "max_model_len": 128.5}, "an int field given a fraction"),
+        Case("type_enforce_eager_true_str", {**base, "enforce_eager": "true"}, "a bool field given 'true'"),
+        Case("type_dtype_int", {**base, "dtype": 16}, "a str field given an int"),
         Case("choice_dtype_bf16", {**base, "dtype": "bf16"}, "dtype outside its choices"),
         Case("choice_dtype_float16", {**base, "dtype": "float16"}, "dtype inside its choices"),
     ]
@@ -71,12 +77,18 @@ def build_cases(release: str, model: str) -> list[Case]:
             cases.append(Case(f"range_{key}_below_ge", {**base, key: b["ge"] - 1}, f"{key} below its lower limit"))
         if "le" in b:
             cases.append(Case(f"range_{key}_above_le", {**base, key: b["le"] + 1}, f"{key} above its upper limit"))
+    for key, spec in sorted(fields.items()):  # choices of fields a feature's config class holds (LoRA, multimodal)
+        if spec.get("choices") and {"LoRAConfig", "MultiModalConfig"} & set(spec.get("configs", [])):
+            bad = 0 if all(isinstance(c, int) for c in spec["choices"]) else "no-such-choice"
+            cases.append(Case(f"choice_{key}_outside", {**base, key: bad}, f"{key} outside its choices"))
     cases += [
         Case("range_gpu_memory_utilization_1_5", {**base, "gpu_memory_utilization": 1.5}, "above 1"),
         Case("lora_on", {**base, "enable_lora": True, "max_loras": 1, "max_lora_rank": 8}, "LoRA on, valid"),
         Case("lora_rank_0", {**base, "enable_lora": True, "max_lora_rank": 0}, "LoRA rank 0"),
         Case("lora_loras_0", {**base, "enable_lora": True, "max_loras": 0}, "LoRA max_loras 0"),
         Case("lora_off_loras_0", {**base, "enable_lora": False, "max_loras": 0}, "max_loras 0 with LoRA off"),
+        Case("lora_off_rank_0", {**base, "max_lora_rank": 0}, "max_lora_rank 0, enable_lora absent"),
+        Case("lora_on_loras_str", {**base, "enable_lora": True, "max_loras": "2"}, "LoRA on, max_loras a string"),
     ]
     names = [c.name for c in cases]
     assert len(names) == len(set(names)), "corpus case names must be unique"

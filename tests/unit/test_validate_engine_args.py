@@ -33,9 +33,36 @@ def test_unknown_key_suggests_closest(tmp_path):
 
 
 def test_wrong_type_names_expected_type(tmp_path):
-    report = validate_repository(repo_with(tmp_path, {"model": "/w", "max_model_len": "256", "enforce_eager": 1}))
+    report = validate_repository(repo_with(tmp_path, {"model": "/w", "max_model_len": "long", "enforce_eager": "sure",
+                                                      "gpu_memory_utilization": [0.5]}))
     found = {p.field: p.expected for p in report.problems if p.rule == "engine_args.type"}
-    assert set(found) == {"max_model_len", "enforce_eager"} and "int" in found["max_model_len"]
+    assert set(found) == {"max_model_len", "enforce_eager", "gpu_memory_utilization"}
+    assert "int" in found["max_model_len"]
+
+
+def test_what_vllms_pydantic_configs_coerce_is_a_warning_naming_the_value(tmp_path):
+    """vLLM hands these to pydantic config classes in lax mode: "256" loads as 256, 1 as True (the 26.08 lane
+    measured both accepted by vLLM 0.27.1)."""
+    report = validate_repository(repo_with(tmp_path, {"model": "/w", "max_model_len": "256", "enforce_eager": 1,
+                                                      "max_num_seqs": "0"}))
+    coerced = {p.field: p for p in report.problems if p.rule == "engine_args.coerced"}
+    assert set(coerced) == {"max_model_len", "enforce_eager", "max_num_seqs"}
+    assert all(p.severity == "warning" for p in coerced.values())
+    assert "turns it into 256" in coerced["max_model_len"].message and "True" in coerced["enforce_eager"].message
+    assert not [p for p in report.problems if p.rule == "engine_args.type"]
+    (p,) = [p for p in report.problems if p.rule == "engine_args.range"]  # the coerced value is range-checked
+    assert (p.field, p.severity) == ("max_num_seqs", "error")
+
+
+def test_feature_limits_fail_only_with_the_feature_on(tmp_path):
+    off = validate_repository(repo_with(tmp_path / "off", {"model": "/w", "max_loras": 0}))
+    on = validate_repository(repo_with(tmp_path / "on", {"model": "/w", "enable_lora": True, "max_loras": 0}))
+    mm = validate_repository(repo_with(tmp_path / "mm", {"model": "/w", "mm_processor_cache_gb": -1}))
+    (p_off,) = [p for p in off.problems if p.rule == "engine_args.range"]
+    (p_on,) = [p for p in on.problems if p.rule == "engine_args.range"]
+    (p_mm,) = [p for p in mm.problems if p.rule == "engine_args.range"]
+    assert (p_off.severity, p_on.severity, p_mm.severity) == ("warning", "error", "warning")
+    assert "enable_lora" in p_off.message and "multimodal" in p_mm.message
 
 
 def test_remote_weights_and_bad_json(tmp_path):

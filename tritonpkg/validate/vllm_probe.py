@@ -47,9 +47,10 @@ print(json.dumps(out))
 """
 
 
-# Bumped when what the probe records changes (2: Literal choices and config-class bounds per field), so an
-# answer cached by an older tritonpkg is asked again instead of silently lacking the new checks.
-PROBE_FORMAT = 2
+# Bumped when what the probe records changes (2: Literal choices and config-class bounds per field; 3: the config
+# classes each field reaches), so an answer cached by an older tritonpkg is asked again instead of silently lacking
+# the new checks.
+PROBE_FORMAT = 3
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ outside the repository).
 
 Each field records its annotation (for messages), the JSON kinds it accepts, the values a Literal
 allows ("choices") and the numeric limits vLLM's config classes put on the field of the same name
-("bounds": ge/gt/le/lt from their pydantic Fields, which vLLM enforces when it builds the engine config),
+("bounds": ge/gt/le/lt from their pydantic Fields, which vLLM enforces when it builds the engine config) and
+those classes ("configs": pydantic's lax coercions apply there, and a feature's class is built only when it is on),
 so validation works on machines without vLLM."""
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import contextlib
 import dataclasses
 import enum
 import json
+import re
 import sys
 import types
 import typing
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -92,26 +95,42 @@ def choices_of(annotation: Any) -> list | None:
 BOUND_KEYS = ("ge", "gt", "le", "lt")
 
 
+def _pydantic_fields(names: set[str]) -> Iterator[tuple[str, str, Any]]:
+    """(field name, class name, pydantic FieldInfo) of vllm.config's pydantic config classes, for the given names."""
+    import vllm.config as configs  # vLLM (seconds to import) only when a snapshot is made
+
+    for attr in sorted(dir(configs)):
+        cls = getattr(configs, attr)
+        for name, info in (getattr(cls, "__pydantic_fields__", None) or {}).items() if isinstance(cls, type) else ():
+            if name in names:
+                yield name, cls.__name__, info
+
+
 def config_bounds(names: set[str]) -> dict[str, dict[str, float]]:
     """name -> {"ge": 1, ...} from vllm.config's pydantic config classes, for the given field names. A name
     two classes bound differently is left out: which one an engine argument reaches is not known here."""
-    import vllm.config as configs  # vLLM (seconds to import) only when a snapshot is made
-
     found: dict[str, list[dict[str, float]]] = {}
-    for attr in dir(configs):
-        cls = getattr(configs, attr)
-        for name, info in (getattr(cls, "__pydantic_fields__", None) or {}).items() if isinstance(cls, type) else ():
-            if name not in names:
-                continue
-            bounds = {k: getattr(m, k) for m in info.metadata for k in BOUND_KEYS if getattr(m, k, None) is not None}
-            if bounds and bounds not in found.setdefault(name, []):
-                found[name].append(bounds)
+    for name, _, info in _pydantic_fields(names):
+        bounds = {k: getattr(m, k) for m in info.metadata for k in BOUND_KEYS if getattr(m, k, None) is not None}
+        if bounds and bounds not in found.setdefault(name, []):
+            found[name].append(bounds)
     return {name: b[0] for name, b in found.items() if len(b) == 1}
+
+
+def config_classes(names: set[str]) -> dict[str, list[str]]:
+    """name -> the pydantic config classes that have a field of that name: where vLLM's create_engine_config hands
+    the argument on, validated in pydantic's lax mode ("128" -> 128, 1 -> True), and whose construction decides
+    when its limits are checked (LoRAConfig only with enable_lora, MultiModalConfig only for a multimodal model)."""
+    found: dict[str, list[str]] = {}
+    for name, cls, _ in _pydantic_fields(names):
+        if cls not in found.setdefault(name, []):
+            found[name].append(cls)
+    return found
 
 
 def describe(annotation: Any) -> str:
     text = getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
-    return text or str(annotation).replace("typing.", "")
+    return text or re.sub(r" at 0x[0-9a-f]+", "", str(annotation).replace("typing.", ""))  # no run's addresses
 
 
 def _annotations(cls: type) -> list[tuple[str, Any]]:
@@ -164,6 +183,8 @@ def live_snapshot() -> dict[str, Any]:
     fields = fields_of(AsyncEngineArgs)
     for name, bounds in config_bounds(set(fields)).items():
         fields[name]["bounds"] = bounds
+    for name, classes in config_classes(set(fields)).items():
+        fields[name]["configs"] = classes
     return {"vllm_version": version, "class": "vllm.engine.arg_utils.AsyncEngineArgs", "fields": fields}
 
 

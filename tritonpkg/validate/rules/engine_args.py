@@ -1,14 +1,20 @@
 """model.json (the toolkit's `vllm` backend hands it to AsyncEngineArgs(**json)): unknown keys, wrong
 value types, a value outside a Literal's choices and a number outside the limits vLLM's config classes
 declare (`stream_interval: 0`, `gpu_memory_utilization: 1.5`) make the engine fail at load, so all are
-errors; remote weights are a warning. A limit on a feature the model does not use (LoRA, multimodal, a
-MoE kernel backend) is checked by vLLM only once the feature is on; validate reports it either way."""
+errors; remote weights are a warning. A value of another JSON kind that vLLM's pydantic config classes coerce
+in lax mode ("128" for an int, 1 for a bool) loads, so it is a warning naming what it becomes. A limit or choice of a
+config class vLLM builds only for a feature (LoRAConfig with enable_lora, MultiModalConfig for a multimodal model) fails
+the load only with that feature on: an error then, a warning otherwise (multimodal: always a warning, since which
+architectures are multimodal is vLLM's model registry's call)."""
 
 from __future__ import annotations
 
 import difflib
 import operator
 from collections.abc import Iterator
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
 
 from tritonpkg import compat
 from tritonpkg.validate.context import Context
@@ -63,13 +69,20 @@ def engine_args(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
                             field=key, file=f, expected=close[0] if close else "an AsyncEngineArgs field")
             continue
         accepts = spec["accepts"]
-        kind = kind_of(value)
+        kind, checked = kind_of(value), value
         if "any" not in accepts and kind not in accepts:
-            yield m.problem("engine_args.type", "error",
-                            f"{key!r} is a JSON {kind}, but AsyncEngineArgs.{key} is {spec['type']}",
-                            field=key, file=f, expected=spec["type"])
-            continue
-        yield from _value_problems(m, key, value, spec, known.vllm_version)
+            coerced = lax_value(value, accepts) if spec.get("configs") else None
+            if coerced is None:
+                yield m.problem("engine_args.type", "error",
+                                f"{key!r} is a JSON {kind}, but AsyncEngineArgs.{key} is {spec['type']}",
+                                field=key, file=f, expected=spec["type"])
+                continue
+            yield m.problem("engine_args.coerced", "warning",
+                            f"{key!r} is the JSON {kind} {value!r}; vLLM {known.vllm_version}'s {spec['configs'][0]} "
+                            f"(pydantic, lax mode) turns it into {coerced[0]!r}", field=key, file=f,
+                            expected=f"{coerced[0]!r} ({spec['type']})")
+            checked = coerced[0]
+        yield from _value_problems(m, key, checked, spec, known.vllm_version, args)
     for key in LOCATION_KEYS:
         value = args.get(key)
         if isinstance(value, str) and value.startswith(REMOTE):
@@ -81,21 +94,62 @@ def engine_args(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
 _LIMITS = {"ge": (operator.ge, ">="), "gt": (operator.gt, ">"), "le": (operator.le, "<="), "lt": (operator.lt, "<")}
 
 
-def _value_problems(m: LoadedModel, key: str, value, spec: dict, version) -> Iterator[Problem]:
+_LAX_TYPES: dict[str, Any] = {"int": int, "float": float, "bool": bool, "str": str, "null": None}
+
+
+def lax_value(value: Any, accepts: list[str]) -> tuple[Any] | None:
+    """(the value) pydantic's lax mode makes of `value` for the first accepted JSON kind that takes it ("128" ->
+    128, 1 -> True), as vLLM's pydantic config classes do when create_engine_config hands the argument on; None
+    when none does. Lists and objects are not coerced here."""
+    for kind in accepts:
+        if kind not in _LAX_TYPES:
+            continue
+        try:
+            return (TypeAdapter(_LAX_TYPES[kind]).validate_python(value),)
+        except ValidationError:
+            continue
+    return None
+
+
+FEATURE_CONFIGS = {"LoRAConfig": "LoRA (vLLM builds LoRAConfig only with enable_lora on)",
+                   "MultiModalConfig": "a multimodal model (vLLM builds MultiModalConfig only for one)"}
+"""Config classes vLLM builds only when a feature is on: their limits fail the load only then."""
+
+
+def _feature_off(spec: dict, args: dict, only: bool = False) -> str | None:
+    """Which feature's config class holds this field's limits (`only`: its choices, which every class that has the
+    field validates, so only a field no other class has), when that feature is not known to be on."""
+    classes = spec.get("configs") or ()
+    if only and not set(classes) <= set(FEATURE_CONFIGS):
+        return None
+    for cls in classes:
+        if cls == "LoRAConfig" and not args.get("enable_lora"):  # vLLM: `if self.enable_lora`
+            return FEATURE_CONFIGS[cls]
+        if cls == "MultiModalConfig":  # which architectures are multimodal is vLLM's model registry's call
+            return FEATURE_CONFIGS[cls]
+    return None
+
+
+def _value_problems(m: LoadedModel, key: str, value, spec: dict, version, args: dict) -> Iterator[Problem]:
     f = m.engine_args_file
     choices = spec.get("choices")
     if choices is not None and value is not None and value not in choices:
         close = difflib.get_close_matches(value, [c for c in choices if isinstance(c, str)], n=1) \
             if isinstance(value, str) else []
-        yield m.problem("engine_args.choice", "error",
+        feature = _feature_off(spec, args, only=True)
+        yield m.problem("engine_args.choice", "warning" if feature else "error",
                         f"{key!r} is {value!r}; vLLM {version} accepts {', '.join(map(repr, choices))}"
-                        + (f"; did you mean {close[0]!r}?" if close else ""),
+                        + (f"; did you mean {close[0]!r}?" if close else "")
+                        + (f", checked only for {feature}" if feature else ""),
                         field=key, file=f, expected=" | ".join(map(repr, choices)))
     bounds = spec.get("bounds")
     if bounds and isinstance(value, (int, float)) and not isinstance(value, bool):
         limits = " and ".join(f"{_LIMITS[k][1]} {b}" for k, b in bounds.items())
         if not all(_LIMITS[k][0](value, b) for k, b in bounds.items()):
-            yield m.problem("engine_args.range", "error", f"{key!r} is {value}; vLLM {version} requires {limits}",
+            feature = _feature_off(spec, args)
+            yield m.problem("engine_args.range", "warning" if feature else "error",
+                            f"{key!r} is {value}; vLLM {version} requires {limits}"
+                            + (f", checked only for {feature}" if feature else ""),
                             field=key, file=f, expected=f"a number {limits}")
 
 
