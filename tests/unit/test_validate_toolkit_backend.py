@@ -110,3 +110,15 @@ def test_refuse_release_raises_the_same_line_naming_the_config(tmp_path):
     assert caught.value.file and caught.value.file.endswith("minilm/config.pbtxt")
     assert caught.value.field and caught.value.expected
     refuse_release(packaged(tmp_path, "26.07", embed=False), "26.07")  # NVIDIA's I/O: nothing to refuse
+
+
+def test_serve_docker_ngc_refuses_it_with_the_same_line(tmp_path):
+    from tritonpkg.runtime import docker
+
+    repo = packaged(tmp_path, "26.07", embed=True)
+    prepared = docker.prepare(repo, "ngc", tmp_path / "state")
+    with pytest.raises(CompatError) as caught:
+        docker.ngc_command(prepared, "26.07")
+    assert compat.toolkit_backend_refusal("26.07") in caught.value.message  # type: ignore[operator]
+    fine = docker.prepare(packaged(tmp_path, "26.07", embed=False), "ngc", tmp_path / "state2")
+    assert docker.ngc_command(fine, "26.07")[0] == "docker"

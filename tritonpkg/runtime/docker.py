@@ -310,8 +310,11 @@ def ngc_command(prepared: PreparedSource, release: str, *, http_port: int = 8000
     default would be every interface), and Triton's admin APIs answer only to `admin_key` (runtime/admin.py;
     None: a new one, readable back from the argv)."""
     from tritonpkg.compat import get_release
+    from tritonpkg.validate.rules.toolkit_backend import refuse_release
 
     image = get_release(release).ngc_image
+    if prepared.repository is not None and prepared.repository.is_dir():  # toolkit-only I/O: NVIDIA's cannot load it
+        refuse_release(prepared.repository, release)
     argv = _common(gpus, shm_size)
     argv += _publish(host, ((http_port, "http"), (grpc_port, "grpc"), (metrics_port, "metrics")))
     argv += _volumes(prepared)
