@@ -25,6 +25,7 @@ from tritonpkg.frontend.routes import generate, health, models, vectors
 from tritonpkg.frontend.routes.common import ERRORS, SSE, UNAUTHORIZED
 from tritonpkg.frontend.settings import FrontendSettings
 from tritonpkg.frontend.triton import TritonBackend
+from tritonpkg.gateway.frontend_bridge import close_gateways
 
 log = logging.getLogger("tritonpkg.frontend")
 
@@ -96,6 +97,7 @@ async def _lifespan(app: FastAPI):
         yield
     finally:
         app.state.tokenize.shutdown(wait=False, cancel_futures=True)
+        await close_gateways()
         await backend.close()
 
 

@@ -37,6 +37,14 @@ def gateway_for(grpc_url: str, name: str, version_dir: Path | None) -> Embedding
     return _GATEWAYS[key]
 
 
+async def close_gateways() -> None:
+    """Close the gateways made on the running loop (the frontend's shutdown): an open gRPC channel keeps
+    Triton's stop waiting its whole exit timeout, and a frontend started again on a new loop would leak it."""
+    loop = id(asyncio.get_running_loop())
+    for key in [k for k in _GATEWAYS if k[0] == loop]:
+        await _GATEWAYS.pop(key).close()
+
+
 async def embed(grpc_url: str, name: str, version_dir: Path | None, texts: list[str],
                 dimensions: int | None) -> tuple[list[np.ndarray], int]:
     """Texts -> (vectors in order, prompt tokens)."""
