@@ -222,3 +222,23 @@ def test_toolkit_image_entrypoint_runs_serve_inside_with_every_host_folder_hidde
     assert 'tritonpkg_metrics_source_up{source="triton"} 1' in metrics
     assert f'nv_inference_count{{model="{model}"' in metrics
     assert _tree_digest(repo) == before
+
+
+def test_the_view_hides_every_host_source_folder_and_shows_the_mounts(lora_repo, runtime):
+    """The control for the two above: inside the view the host folders the repository came from do not exist, the
+    unrewritten model.json's host path among them, while the container paths hold their files, read-only."""
+    root, repo, model, hidden = lora_repo
+    printed = _printed(repo, "--state-dir", str(root / "state-control"))
+    view = ContainerView.for_toolkit(root / "root-control", volumes(printed["argv"]), runtime, paths.PROJECT_ROOT,
+                                     [*hidden, str(root / "state-control")])
+    view.root.mkdir()
+    host_weights = json.loads((repo / model / "1" / "model.json").read_text())["model"]
+    checks = [f"test ! -e {p}" for p in [*hidden, host_weights]]
+    adapter_config = f"/models/{model}/1/adapters/support-bot/adapter_config.json"
+    checks += [f"test -f /weights/{model}/1/config.json", f"test -f {adapter_config}",
+               f"grep -q /weights/{model}/1 /models/{model}/1/model.json",
+               f"! touch /weights/{model}/1/x", "echo VIEW-OK"]
+    proc = view.popen(["/bin/sh", "-c", " && ".join(checks)], interpreter_env(Path(sys.executable).parent),
+                      root / "control.log")
+    assert proc.wait(timeout=120) == 0, (root / "control.log").read_text()
+    assert "VIEW-OK" in (root / "control.log").read_text()
