@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import io
 import json
 import subprocess
+import tarfile
 import types
 
 import pytest
@@ -20,6 +22,7 @@ from tritonpkg.deploy.plan import Unit
 from tritonpkg.deploy.state import StateStore
 from tritonpkg.errors import TritonpkgError
 from tritonpkg.image import default_tag
+from tritonpkg.serve import adapter_list
 from tritonpkg.spec import Autoscaling, Volume
 
 pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate")
@@ -30,9 +33,9 @@ ARCHIVE = package_store.archive_ref(STORE, "m", 1, "ab" * 32)
 
 
 class ApiError(Exception):
-    def __init__(self, status: int) -> None:
+    def __init__(self, status: int, body: str = "") -> None:
         super().__init__(f"HTTP {status}")
-        self.status = status
+        self.status, self.body = status, body
 
 
 class FakeCluster:
@@ -58,6 +61,41 @@ class FakeCluster:
         self.apps.patch_namespaced_deployment_scale = self._scale
         self.custom.patch_namespaced_custom_object = self._patch_route
         self.custom.create_namespaced_custom_object = self._create_route
+        # the pods, as the API server lists them and reaches them through its pod proxy; each pod's serve
+        # follows its unit's ConfigMap with the pod's own rules (adapter_list.parse) unless it is in `failing`
+        self.core.list_namespaced_pod = self._pods
+        self.core.api_client = types.SimpleNamespace(call_api=self._proxy)
+        self.failing: dict[str, str] = {}  # pod -> the error its follower reports
+
+    def _pod_names(self, unit):
+        dep = self.objects.get(("deployment", unit))
+        return [f"{unit}-pod-{i}" for i in range(dep["spec"]["replicas"] if dep else 0)]
+
+    def _pods(self, namespace, label_selector):
+        unit = label_selector.removeprefix("tritonpkg.io/unit=")
+        self.calls.append(("list_pods", unit))
+        ready = [types.SimpleNamespace(type="Ready", status="True")]
+        return types.SimpleNamespace(items=[types.SimpleNamespace(
+            metadata=types.SimpleNamespace(name=n, deletion_timestamp=None),
+            status=types.SimpleNamespace(conditions=ready)) for n in self._pod_names(unit)])
+
+    def _proxy(self, resource, method, header_params=None, body=None, auth_settings=None,
+               _return_http_data_only=None, _preload_content=True, _request_timeout=None):
+        pod_port, _, path = resource.split("/pods/", 1)[1].partition("/proxy/")
+        pod, port = pod_port.split(":")
+        self.calls.append(("proxy", f"{method} {pod}:{port}/{path}"))
+        unit = pod.rsplit("-pod-", 1)[0]
+        data = self.objects.get(("config_map", k8s.adapter_list_name(unit)), {}).get("data", {}).get("adapters.json")
+        listing = adapter_list.parse(data.encode()) if data else {}
+        if method == "GET" and path == "health/adapters":
+            sha = adapter_list.digest(data.encode()) if data else None
+            state = ({"list_sha256": sha, "applied_sha256": None, "error": self.failing[pod]} if pod in self.failing
+                     else {"list_sha256": sha, "applied_sha256": sha, "error": None, "served": sorted(listing)})
+            return types.SimpleNamespace(data=json.dumps(state).encode())
+        name = json.loads(body["sampling_parameters"]).get("lora_name")
+        if method == "POST" and path == "v2/models/m/generate" and name in listing:
+            return types.SimpleNamespace(data=json.dumps({"text_output": f"from {name}"}).encode())
+        raise ApiError(400, f"unknown LoRA adapter {name!r}")
 
     def _create(self, kind):
         def create(namespace, body):
@@ -149,7 +187,7 @@ def store(s3_env):
 def executor(tmp_path, cluster):
     driver = k8s.KubernetesDriver(cluster.apps, cluster.core, cluster.custom, cluster.autoscaling,
                                   namespace="serving", poll_s=0, ready_timeout=0, package_store=STORE)
-    return Executor(StateStore(tmp_path / "state.db"), driver, dwell_s=0)
+    return Executor(StateStore(tmp_path / "state.db"), driver, dwell_s=0, adapter_grace_s=0)
 
 
 def pod_of(deployment):
@@ -184,7 +222,11 @@ def test_manifests_validate_against_the_kubernetes_schemas():
     assert {"name": "volume-0", "mountPath": "/mnt/fsx", "readOnly": True} in serve["volumeMounts"]
     assert {"name": "volume-0", "persistentVolumeClaim": {"claimName": "fsx-models", "readOnly": True}} in \
         pod["volumes"]
-    assert not any("configMap" in v or "hostPath" in v for v in pod["volumes"])
+    assert not any("hostPath" in v for v in pod["volumes"])
+    # the unit's adapter list: a ConfigMap the pod mounts read-only (absent until an adapter rollout) and serve follows
+    assert {"name": "adapters", "configMap": {"name": "m-blue-adapters", "optional": True}} in pod["volumes"]
+    assert {"name": "adapters", "mountPath": "/etc/tritonpkg/adapters", "readOnly": True} in serve["volumeMounts"]
+    assert serve["args"][-2:] == ["--adapter-list", "/etc/tritonpkg/adapters/adapters.json"]
     assert {"name": "openai", "port": 9000, "targetPort": "openai"} in svc["spec"]["ports"]
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "m-blue"}
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 6)
@@ -232,7 +274,7 @@ def test_a_host_path_or_an_object_over_1_mib_is_refused_naming_the_field():
     pod_of(host)["volumes"].append({"name": "weights-here", "hostPath": {"path": "/srv/weights"}})
     with pytest.raises(k8s.ManifestError, match="hostPath") as exc:
         k8s.validate([host])
-    assert exc.value.field == "spec.template.spec.volumes[3]"
+    assert exc.value.field == "spec.template.spec.volumes[4]"
     outside = unit()
     pod_of(outside)["initContainers"][0]["args"][2] = "/home/me/made/weights"
     with pytest.raises(k8s.ManifestError, match="outside the container's mounts") as exc:
@@ -384,3 +426,144 @@ def test_a_shift_moves_the_hpa_floor_within_its_bounds(tmp_path, store, write_sp
     assert hpa["spec"]["maxReplicas"] == 3 and hpa["metadata"]["annotations"] == {"tritonpkg.io/min-replicas": "2"}
     dep = cluster.objects[("deployment", "m-green")]
     assert dep["spec"]["replicas"] == 2  # provisioned at its first share, within the bounds
+
+
+# -- adapter rollouts -----------------------------------------------------------------------------------------
+def lora_release(tmp_path, version: int, adapters: dict[str, bytes], replicas: int = 2) -> Release:
+    """A packaged LoRA release (vLLM config, model.json with LoRA on, adapters copied into the version, a lock):
+    `adapters` maps each name to its weights' bytes (its identity)."""
+    repo = tmp_path / f"lora{version}"
+    vdir = repo / "m" / str(version)
+    (repo / "m").mkdir(parents=True)
+    (repo / "m" / "config.pbtxt").write_text('name: "m"\nbackend: "vllm"\n')
+    vdir.mkdir()
+    (vdir / "model.json").write_text(json.dumps({"model": "s3://models/m/rev1", "enable_lora": True,
+                                                 "max_loras": len(adapters), "max_lora_rank": 8}))
+    (vdir / "multi_lora.json").write_text(json.dumps({n: f"./adapters/{n}" for n in adapters}))
+    for name, weights in adapters.items():
+        (vdir / "adapters" / name).mkdir(parents=True)
+        (vdir / "adapters" / name / "adapter_config.json").write_text('{"r": 8, "peft_type": "LORA"}')
+        (vdir / "adapters" / name / "adapter_model.safetensors").write_bytes(weights)
+    (repo / "tritonpkg.lock.json").write_text('{"models": {}}')
+    return Release(model="m", version=version, repository=repo, traffic_steps=[100], replicas=replicas,
+                   weights="s3://models/m/rev1", strategy="auto")
+
+
+def configmap_list(cluster, unit="m-blue") -> dict:
+    data = cluster.objects[("config_map", f"{unit}-adapters")]["data"]["adapters.json"]
+    return adapter_list.parse(data.encode())
+
+
+def test_an_adapter_only_release_rolls_into_the_live_pods_with_these_calls(tmp_path, store):
+    """auto picks an adapter rollout on this target too: the unit's ConfigMap (mounted by every pod) takes each
+    list, every ready pod's serve acknowledges it through the pod proxy, each new adapter answers the smoke
+    request on every pod, and no Deployment is touched (the engines are kept). The changed adapter travels in the
+    new release's archive, put into the store under its sha256; the unchanged one stays in the live archive."""
+    cluster = FakeCluster()
+    ex = executor(tmp_path, cluster)
+    assert ex.deploy(lora_release(tmp_path, 1, {"support": b"s1", "legal": b"l1"})).ok
+    live_ep = ex.store.endpoints("m", "m-blue")
+    assert live_ep["adapter_list"] == "m-blue-adapters" and sorted(live_ep["adapters"]) == ["legal", "support"]
+    cluster.calls.clear()
+    out = ex.deploy(lora_release(tmp_path, 2, {"support": b"s2", "legal": b"l1"}))
+    assert out.ok, out.error
+    assert out.strategy == "adapters" and "only the LoRA adapters changed" in out.reason
+    acks = [("list_pods", "m-blue"), ("proxy", "GET m-blue-pod-0:9000/health/adapters"),
+            ("proxy", "GET m-blue-pod-1:9000/health/adapters")]
+    assert cluster.calls == [
+        ("create_config_map", "m-blue-adapters"), *acks,  # load: support@2 beside the live ones
+        ("list_pods", "m-blue"), ("proxy", "POST m-blue-pod-0:8000/v2/models/m/generate"),
+        ("proxy", "POST m-blue-pod-1:8000/v2/models/m/generate"),  # canary on every pod
+        ("create_config_map", "m-blue-adapters"), ("replace_config_map", "m-blue-adapters"), *acks,  # alias
+        ("create_config_map", "m-blue-adapters"), ("replace_config_map", "m-blue-adapters"), *acks,  # final
+    ]
+    final = configmap_list(cluster)
+    assert sorted(final) == ["legal", "legal@2", "support", "support@2"]
+    unchanged = adapter_list.parse_location("legal", live_ep["adapters"]["legal"])
+    assert final["legal"] == final["legal@2"] == unchanged  # nothing to load: in v1's archive, the pod's own
+    new = final["support"]
+    assert isinstance(new, adapter_list.ArchiveLocation) and new.path == "m/2/adapters/support"
+    body = store.get_object(Bucket=STORE_BUCKET, Key=f"{new.url}/{new.file}".removeprefix(f"s3://{STORE_BUCKET}/"))
+    data = body["Body"].read()
+    assert hashlib.sha256(data).hexdigest() == new.sha256  # the archive the pods verify
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        member = tar.extractfile("repository/m/2/adapters/support/adapter_model.safetensors")
+        assert member is not None and member.read() == b"s2"
+    recorded = ex.store.endpoints("m", "m-blue")
+    assert recorded["adapters"] == {n: loc.text() if isinstance(loc, adapter_list.ArchiveLocation) else loc
+                                    for n, loc in final.items()}
+    assert recorded["adapter_release"] == 2
+    assert not [c for c in cluster.calls if "deployment" in c[0]]
+
+
+def test_a_pod_that_cannot_serve_the_list_rolls_the_live_list_back(tmp_path, store):
+    """A pod's follower reports why it failed (an archive whose sha256 changed, say): the step fails at once and the
+    rollback writes the live list back into the ConfigMap, which the pods then acknowledge."""
+    cluster = FakeCluster()
+    ex = executor(tmp_path, cluster)
+    assert ex.deploy(lora_release(tmp_path, 1, {"support": b"s1"})).ok
+    live = ex.store.endpoints("m", "m-blue")["adapters"]
+    cluster.failing["m-blue-pod-1"] = "the archive's sha256 is 00ff (the object changed in the store)"
+    out = ex.deploy(lora_release(tmp_path, 2, {"support": b"s2"}))
+    assert not out.ok and out.rolled_back and "m-blue-pod-1 cannot serve the adapter list" in out.error
+    assert "sha256" in out.error
+    cluster.failing.clear()
+    out = ex.recover("m")  # nothing left running: the rollback already ran
+    assert configmap_list(cluster) == adapter_list.parse(adapter_list.render(
+        {n: adapter_list.parse_location(n, v) for n, v in live.items()}))
+    assert ex.store.endpoints("m", "m-blue")["adapters"] == live
+
+
+def test_a_retired_unit_takes_its_adapter_list_with_it(tmp_path, store):
+    cluster = FakeCluster()
+    ex = executor(tmp_path, cluster)
+    assert ex.deploy(lora_release(tmp_path, 1, {"support": b"s1"})).ok
+    assert ex.deploy(lora_release(tmp_path, 2, {"support": b"s2"})).ok  # adapters: the ConfigMap now exists
+    assert ("config_map", "m-blue-adapters") in cluster.objects
+    rel = lora_release(tmp_path, 3, {"support": b"s2"})
+    (rel.repository / "m" / "3" / "model.json").write_text(json.dumps({"model": "s3://models/m/rev2",
+                                                                       "enable_lora": True}))
+    out = ex.deploy(rel)  # the weights changed: red-black, the old unit retired with its list
+    assert out.ok and out.strategy == "red-black", out
+    assert ("config_map", "m-blue-adapters") not in cluster.objects
+    assert "delete_config_map" in [c[0] for c in cluster.calls]
+
+
+@pytest.mark.parametrize(("entry", "field", "match"), [
+    ({"support": "/srv/adapters/support"}, "adapters.support", "no host folder"),
+    ({"support": f"{STORE}/m/{'ab' * 8}/m-v2.tar.gz#sha256={'cd' * 32}&path=m/2/adapters/support"},
+     "adapters.support", "not an archive location"),  # the key's digest is not the archive's
+    ({"support": f"{STORE}/m/{'ab' * 8}/m-v2.tar.gz#sha256={'ab' * 32}&path=m/../../etc"},
+     "adapters.support", "path rule"),
+    ({"bad name": "s3://adapters/x"}, "adapters.bad name", "adapter name"),
+    ({"support": 3}, "adapters.support", "without a location"),
+])
+def test_a_followed_list_refuses_what_a_pod_cannot_fetch_naming_the_field(entry, field, match):
+    with pytest.raises(TritonpkgError, match=match) as exc:
+        adapter_list.parse(json.dumps(entry).encode(), "adapters.json")
+    assert exc.value.field == field
+
+
+def test_the_driver_refuses_a_list_entry_that_is_no_packaged_adapter_folder(tmp_path, store):
+    cluster = FakeCluster()
+    ex = executor(tmp_path, cluster)
+    assert ex.deploy(lora_release(tmp_path, 1, {"support": b"s1"})).ok
+    from tritonpkg.deploy.driver import Endpoints
+
+    ep = Endpoints.of(ex.store.endpoints("m", "m-blue"))
+    (tmp_path / "loose" / "m" / "2" / "adapters" / "x").mkdir(parents=True)  # no lock: not a packaged release
+    for bad in (str(tmp_path / "loose" / "m" / "2" / "adapters" / "x"), "./adapters/x", "/etc/passwd"):
+        with pytest.raises(TritonpkgError, match="not an adapter folder of a packaged release") as exc:
+            ex.driver.adapters("m", 1, ep, {"x": bad})
+        assert exc.value.field == "adapters.x"
+    assert ("config_map", "m-blue-adapters") not in cluster.objects  # refused before anything was written
+
+
+def test_the_adapter_list_configmap_validates_and_keeps_to_1_mib():
+    data = adapter_list.render({"support": adapter_list.parse_location(
+        "support", f"{STORE}/m/{'ab' * 8}/m-v2.tar.gz#sha256={'ab' * 32}&path=m/2/adapters/support")})
+    body = k8s.adapter_list_manifest("m", "m-blue", data, "serving")
+    assert k8s.validate([body])[0].startswith("ConfigMap/m-blue-adapters: valid")
+    body["data"]["adapters.json"] = "x" * (1 << 20)
+    with pytest.raises(k8s.ManifestError, match="1048576"):
+        k8s.validate([body])

@@ -78,3 +78,15 @@ def test_why_a_release_is_no_adapter_rollout() -> None:
     assert adapter_candidate(release(2), two, True, EP) is None  # nothing to read: the choice needs no files
     assert adapter_candidate(release(2), LIVE, True, EP) == Path(EP["serving_repository"]) / "bot" / "1"
     assert choose_plan(release(2), two, seen(), adapter_rollouts=True, grace_s=30).reason.endswith("red-black")
+
+
+def test_a_unit_whose_pods_follow_a_recorded_list_is_a_candidate_at_any_replica_count() -> None:
+    """kubernetes: every pod of the unit follows the ConfigMap its driver writes, so the served list is the one the
+    driver recorded, and the replica count does not matter; a unit without a recorded list (its pods follow none)
+    is no candidate."""
+    two = LiveState(model="bot", units=[LIVE.units[0].model_copy(update={"replicas": 2})])
+    listing = {"a": "s3://store/bot/" + "ab" * 8 + "/bot-v1.tar.gz#sha256=" + "ab" * 32 + "&path=bot/1/adapters/a"}
+    followed = {"repository": "/state/releases/v1", "adapter_list": "bot-blue-adapters", "adapters": listing}
+    assert adapter_candidate(release(2), two, True, followed) == listing
+    assert adapter_candidate(release(2), two, True, {**followed, "adapters": None}) is None
+    assert adapter_candidate(release(2), two, False, followed) is None

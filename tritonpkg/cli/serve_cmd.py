@@ -196,6 +196,12 @@ def serve(
     api_key: str | None = api_key_option(),
     api_key_file: Path | None = api_key_file_option(),
     max_request_bytes: int = max_request_bytes_option(),
+    adapter_list: Path | None = typer.Option(
+        None, "--adapter-list", show_default=False,
+        help="Follow this LoRA adapter list (a Kubernetes unit's mounted ConfigMap: name -> an adapter in a "
+             "package archive of the package store, or an s3:// / hf:// source): each new content is fetched, "
+             "verified and served by the running engine (GET /health/adapters on the OpenAI port says what is "
+             "applied); readiness waits for the first. No file: the package's own adapters."),
 ) -> None:
     """Serve a model repository or package in the real Triton server; stop cleanly on Ctrl-C or SIGTERM."""
     if runtime is RuntimeKind.docker:
@@ -231,7 +237,9 @@ def serve(
         metrics_token=metrics_token or None, on_engine_death=on_engine_death.value, admin_key=admin_key,
         drain_timeout=drain_timeout, absolute_adapters=triton_home is not None,
         **{k: v for k, v in (("max_members", max_members), ("max_bytes", max_bytes)) if v is not None})
-    _serve_local(options, as_json, triton_home)
+    if adapter_list is not None and openai is False:
+        raise _usage_error("--adapter-list", "reports on the OpenAI port (/health/adapters): drop --no-openai")
+    _serve_local(options, as_json, triton_home, adapter_list)
 
 
 def _print_docker(repo: Path, release: str | None, image: Image, ports: dict[str, int], host: str,
@@ -277,7 +285,23 @@ def _print_docker(repo: Path, release: str | None, image: Image, ports: dict[str
                           "admin key is in the container's log", highlight=False, markup=False)
 
 
-def _serve_local(options, as_json: bool, triton_home: Path | None = None) -> None:
+def _follower(options, stack, list_file: Path):
+    """The adapter list follower of `stack` (tritonpkg.serve.adapter_list), over the repository serve owns."""
+    from tritonpkg.errors import TritonpkgError
+    from tritonpkg.serve import adapter_list, weights
+
+    if options.source.is_dir():
+        raise TritonpkgError("a followed adapter list rewrites the served multi_lora.json", file=options.source,
+                             field="--adapter-list", expected="a package archive (serve unpacks it into a "
+                                                              "folder of its own)")
+    repository = stack.repository  # serve's unpacked package: <scratch>/repository, removed at stop
+    return adapter_list.Follower(list_file, repository, work=repository.parent / "adapter-list",
+                                 weights_root=options.weights_root or weights.default_weights_root(),
+                                 own_sha256=adapter_list.file_sha256(options.source),
+                                 log=lambda line: err_console.print(line, highlight=False, markup=False))
+
+
+def _serve_local(options, as_json: bool, triton_home: Path | None = None, adapter_list: Path | None = None) -> None:
     import threading
 
     from tritonpkg.runtime import ServerStartError
@@ -297,7 +321,16 @@ def _serve_local(options, as_json: bool, triton_home: Path | None = None) -> Non
         from tritonpkg.runtime.installed import installed_runtime
 
         runtime = installed_runtime(triton_home)
-    stack = ServingStack(options, runtime=runtime, on_event=progress)
+    follower = None
+
+    def on_event(event: StepEvent) -> None:
+        nonlocal follower
+        progress(event)
+        if adapter_list is not None and event.step.kind == "weights" and event.state in ("done", "warn"):
+            follower = _follower(options, stack, adapter_list)  # the served repository is final now
+            follower.pending()  # before the OpenAI API opens: readiness waits for the first list
+
+    stack = ServingStack(options, runtime=runtime, on_event=on_event)
     with stop_signals(on_signal):
         try:
             try:
@@ -315,8 +348,12 @@ def _serve_local(options, as_json: bool, triton_home: Path | None = None) -> Non
                 progress.close()
             serving.set()
             _report(stack, as_json)
+            if follower is not None:
+                follower.start()
             serve_until_stopped(stop, stack.problem)
         finally:
+            if follower is not None:
+                follower.stop()
             stack.stop()
     if stack.stop_problem:  # the exit status tells the truth about the stop, in one line
         print_error(stack.stop_problem)

@@ -38,9 +38,10 @@ class Endpoints(BaseModel):
     serving_repository: str | None = None
     unit_dir: str | None = None
     weights: list[dict[str, Any]] | None = None
-    # kubernetes: the unit's Deployment/Service name
+    # kubernetes: the unit's Deployment/Service name, and the ConfigMap holding the adapter list its pods follow
     name: str | None = None
     namespace: str | None = None
+    adapter_list: str | None = None
 
     @classmethod
     def of(cls, facts: Mapping[str, Any] | Endpoints | None) -> Endpoints:
@@ -115,9 +116,9 @@ class Driver(Protocol):
 
 @runtime_checkable
 class AdapterRollouts(Protocol):
-    """A target that changes a running unit's LoRA adapters, its engine kept (the local one: the vLLM backend
-    follows the unit's multi_lora.json). Only there does auto pick an adapter rollout and a plan carry
-    `adapters` and `adapter_check` steps."""
+    """A target that changes a running unit's LoRA adapters, its engine kept (local: the vLLM backend follows the
+    unit's multi_lora.json; kubernetes: each pod's serve follows the unit's ConfigMap and rewrites its own).
+    Only there does auto pick an adapter rollout and a plan carry `adapters` and `adapter_check` steps."""
 
     def adapters(self, model: str, version: int, ep: Endpoints, listing: Mapping[str, str]) -> dict[str, str]:
         """The running unit serves `listing` (adapter name -> folder, or a remote source to materialize first) from

@@ -114,7 +114,7 @@ def observe(release: Release, live: LiveState, endpoints: dict[str, dict[str, An
     except (OSError, ValueError, TritonpkgError) as exc:
         return strategy.Observed(serving_schema=schema, endpoints=ep, unreadable=str(exc))
     try:
-        served = adapters_mod.served_list(served_at)
+        served = adapters_mod.served_list(served_at) if isinstance(served_at, Path) else served_at
     except TritonpkgError as exc:
         return strategy.Observed(serving_schema=schema, endpoints=ep, live_files=live_files, new_files=new_files,
                                  served_error=exc)
@@ -363,7 +363,7 @@ class Executor:
     def _rollouts(self) -> AdapterRollouts:
         if not isinstance(self.driver, AdapterRollouts):
             raise DeployError(f"the {self.driver.target} target cannot change a running unit's adapters",
-                              field="strategy", expected="--target local")
+                              field="strategy", expected="--target local or kubernetes")
         return self.driver
 
     _STEPS: ClassVar[dict[StepKind, Callable[[Executor, _Ctx], str]]] = {

@@ -46,19 +46,27 @@ def _blockers(current: Unit | None, supported: bool, endpoints: Mapping[str, Any
         return ["no live unit"]
     if not supported:
         return ["this target cannot change a running unit's adapters"]
+    if not endpoints.get("repository"):
+        return [f"{current.name} records no repository"]
+    if endpoints.get("adapter_list"):  # kubernetes: every pod follows the unit's list, whatever the replicas
+        return [] if isinstance(endpoints.get("adapters"), dict) else [f"{current.name} records no adapter list"]
     if current.replicas != 1:
         return [f"{current.name} runs {current.replicas} replicas (adapter rollouts change one)"]
-    if not (endpoints.get("repository") and endpoints.get("serving_repository")):
-        return [f"{current.name} records no repository"]
+    if not endpoints.get("serving_repository"):
+        return [f"{current.name} records no serving repository or adapter list"]
     return []
 
 
-def adapter_candidate(release: Release, live: LiveState, supported: bool, endpoints: Mapping[str, Any]) -> Path | None:
-    """Where the live unit serves its adapter list when the choice compares the releases' files (the executor reads
-    them only then), else None."""
+def adapter_candidate(release: Release, live: LiveState, supported: bool,
+                      endpoints: Mapping[str, Any]) -> Path | dict[str, str] | None:
+    """Where the live unit's served adapter list is read when the choice compares the releases' files (the executor
+    reads them only then), else None: the folder of the unit's own multi_lora.json (local), or the list its driver
+    recorded (kubernetes: the driver writes every list the pods follow)."""
     current = live.current()
     if current is None or release.strategy not in ("auto", "adapters") or _blockers(current, supported, endpoints):
         return None
+    if endpoints.get("adapter_list"):
+        return dict(endpoints["adapters"])
     return Path(endpoints["serving_repository"]) / live.model / str(current.version)
 
 

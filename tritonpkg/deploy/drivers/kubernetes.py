@@ -27,14 +27,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tritonpkg import compat
-from tritonpkg.deploy.driver import Driver, Endpoints, Entry, OnStarted
+from tritonpkg import compat, safepath
+from tritonpkg.deploy.driver import AdapterRollouts, Driver, Endpoints, Entry, OnStarted
 from tritonpkg.deploy.drivers import package_store as store_mod
 from tritonpkg.deploy.drivers.package_store import ArchiveRef
 from tritonpkg.deploy.plan import Unit
 from tritonpkg.errors import TritonpkgError
 from tritonpkg.runtime import admin
 from tritonpkg.runtime.server import DRAIN_TIMEOUT_S
+from tritonpkg.serve import adapter_list as followed
 
 if TYPE_CHECKING:
     from tritonpkg.deploy.driver import Release
@@ -48,6 +49,7 @@ MAX_OBJECT_BYTES = 1 << 20  # the API server refuses a ConfigMap or Secret over 
 PACKAGE, STATE, WEIGHTS = "/package", "/state", "/weights"  # the pod's own folders (emptyDirs)
 MIN_REPLICAS = "tritonpkg.io/min-replicas"  # the spec's HPA floor, kept on the HPA a shift moves the floor of
 ADMIN_ENV = "TRITONPKG_ADMIN_KEY"  # serve --admin-key's variable, from the deployment's Secret
+ADAPTER_ACK_S = 600.0  # a ConfigMap change reaches the pods' files within the kubelet's sync + cache TTL (~2 min)
 
 
 class ManifestError(TritonpkgError):
@@ -108,7 +110,23 @@ def serve_args(archive: ArchiveRef) -> list[str]:
     pod_ip = "0.0.0.0"  # noqa: S104 - the pod's own network namespace: the Service and the kubelet's probes reach it
     return ["serve", archive_path(archive), "--host", pod_ip, "--http-port", str(HTTP), "--grpc-port", str(GRPC),
             "--metrics-port", str(METRICS), "--openai-port", str(OPENAI), "--state-dir", f"{STATE}/serve",
-            "--weights-root", WEIGHTS, "--on-engine-death", "exit", "--drain-timeout", str(DRAIN_TIMEOUT_S)]
+            "--weights-root", WEIGHTS, "--on-engine-death", "exit", "--drain-timeout", str(DRAIN_TIMEOUT_S),
+            "--adapter-list", f"{followed.MOUNT}/{followed.KEY}"]
+
+
+def adapter_list_name(unit: str) -> str:
+    """The unit's ConfigMap holding the adapter list its pods follow."""
+    return f"{_name(unit)[:54]}-adapters"
+
+
+def adapter_list_manifest(model: str, unit: str, data: bytes, namespace: str = "default") -> dict[str, Any]:
+    """The unit's adapter list (adapter_list.render's bytes), which every pod of the unit mounts read-only and
+    its `serve --adapter-list` follows: only the driver writes it, at an adapter rollout."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": adapter_list_name(unit), "namespace": namespace,
+                         "labels": {"app.kubernetes.io/name": _name(model), "app.kubernetes.io/managed-by": "tritonpkg",
+                                    "tritonpkg.io/unit": _name(unit)}},
+            "data": {followed.KEY: data.decode()}}
 
 
 def _floor(n: int, scaling: Autoscaling) -> int:
@@ -176,10 +194,15 @@ def unit_manifests(model: str, unit: Unit, *, archive: ArchiveRef, namespace: st
             "resources": resources,
             "volumeMounts": [{"name": "package", "mountPath": PACKAGE, "readOnly": True},
                              {"name": "state", "mountPath": STATE}, {"name": "weights", "mountPath": WEIGHTS},
+                             {"name": "adapters", "mountPath": followed.MOUNT, "readOnly": True},
                              *({"name": c["name"], "mountPath": v.mount, "readOnly": v.read_only}
                                for c, v in zip(claims, volumes, strict=True))]}],
+        # the unit's adapter list: absent (optional) until an adapter rollout creates it; the kubelet projects a
+        # created or changed ConfigMap into the running pod by a rename, and serve follows the file
         "volumes": [{"name": "package", "emptyDir": {}}, {"name": "state", "emptyDir": {}},
-                    {"name": "weights", "emptyDir": {}}, *claims],
+                    {"name": "weights", "emptyDir": {}},
+                    {"name": "adapters", "configMap": {"name": adapter_list_name(unit.name), "optional": True}},
+                    *claims],
         "terminationGracePeriodSeconds": DRAIN_TIMEOUT_S + 10,  # the drain, then the models' unload
     }
     want = replicas if replicas is not None else unit.replicas
@@ -311,6 +334,8 @@ class KubernetesDriver:
         self.versions: dict[str, str] = {}
         self.alias_unit: str | None = None
         self.proxy: dict[str, Any] = {}
+        self.adapter_ack_timeout = ADAPTER_ACK_S
+        self._archives: dict[Path, followed.ArchiveLocation] = {}  # repository -> its archive, once per command
 
     @classmethod
     def from_kubeconfig(cls, **kw: Any) -> KubernetesDriver:
@@ -366,7 +391,12 @@ class KubernetesDriver:
             else:
                 self._apply(self.autoscaling.create_namespaced_horizontal_pod_autoscaler,
                             self.autoscaling.replace_namespaced_horizontal_pod_autoscaler, body)
-        return Endpoints.of({"name": _name(unit.name), "namespace": self.namespace, "archive": archive.key_url})
+        facts: dict[str, Any] = {"name": _name(unit.name), "namespace": self.namespace, "archive": archive.key_url,
+                                 "repository": str(release.repository)}
+        packaged = packaged_adapters(release, archive)
+        if packaged is not None:  # the list the pods serve from the archive, as a rollout (or its rollback) names it
+            facts.update(adapter_list=adapter_list_name(unit.name), adapters=packaged)
+        return Endpoints.of(facts)
 
     def _create_once(self, create: Any, body: dict[str, Any]) -> None:
         """Create `body` unless it exists (409): the existing one is kept as it is."""
@@ -458,6 +488,8 @@ class KubernetesDriver:
         if name is None:
             return ""
         deletes = [self.apps.delete_namespaced_deployment, self.core.delete_namespaced_service]
+        if ep.adapter_list:
+            self._delete(self.core.delete_namespaced_config_map, ep.adapter_list)
         if self.autoscaling is not None:
             deletes.append(self.autoscaling.delete_namespaced_horizontal_pod_autoscaler)
         for delete in deletes:
@@ -486,6 +518,131 @@ class KubernetesDriver:
         """Delete every unit's objects (the route and the admin Secret stay: a next deploy reuses them)."""
         return [note for ep in units if (note := self.retire(ep))]
 
+    # -- adapter rollouts (AdapterRollouts) -------------------------------------------------------------
+    def adapters(self, model: str, version: int, ep: Endpoints, listing: Mapping[str, str]) -> dict[str, str]:
+        """Write `listing` into the unit's ConfigMap and wait until every ready pod serves it (its follower's
+        /health/adapters, read through the API server's pod proxy). An adapter folder of a packaged release (as the
+        plan names the new release's) travels as that release's archive, put into the package store first."""
+        if not ep.name or not ep.adapter_list:
+            raise TritonpkgError(f"{ep.name or 'the unit'} records no adapter list (deployed before its pods followed "
+                                 "one)", field="strategy", expected="--strategy red-black once")
+        located = {name: self._location(model, name, value) for name, value in listing.items()}
+        data = followed.render(located)
+        body = adapter_list_manifest(model, ep.name, data, self.namespace)
+        validate([body])
+        self._apply(self.core.create_namespaced_config_map, self.core.replace_namespaced_config_map, body)
+        want = followed.digest(data)
+        deadline = time.monotonic() + self.adapter_ack_timeout
+        while True:
+            waiting = self._not_serving(ep.name, want)
+            if not waiting:
+                return {n: loc.text() if isinstance(loc, followed.ArchiveLocation) else loc
+                        for n, loc in located.items()}
+            if time.monotonic() > deadline:
+                raise TritonpkgError(f"pods not serving the adapter list {want[:12]} after "
+                                     f"{self.adapter_ack_timeout:g} s: {'; '.join(waiting)}",
+                                     file=f"ConfigMap/{body['metadata']['name']}", field="adapters",
+                                     expected="each ready pod's serve following the list (serve --adapter-list)")
+            time.sleep(self.poll_s)
+
+    def adapter_check(self, model: str, ep: Endpoints, smoke: dict[str, Any] | None, name: str) -> str:
+        """The smoke request with `lora_name` = `name`, sent to every ready pod through the API server's pod proxy
+        (KServe generate on the pod's http port): a pod that does not answer with the adapter fails the step."""
+        request = dict(smoke or {"text_input": "hello", "sampling_parameters": {"max_tokens": 1}})
+        params = request.get("sampling_parameters") or {}
+        params = json.loads(params) if isinstance(params, str) else dict(params)
+        request["sampling_parameters"] = json.dumps({**params, "lora_name": name})
+        pods = self._ready_pods(ep.name or "")
+        if not pods:
+            raise TritonpkgError(f"{ep.name}: no ready pod", field="adapter_check")
+        for pod in pods:
+            status, text = self._proxy("POST", pod, HTTP, f"v2/models/{model}/generate", request)
+            if status != 200:
+                raise TritonpkgError(f"adapter {name} on pod {pod}: HTTP {status}: {text[:300]}", field="adapter_check")
+        return f"{name} answered on {len(pods)} pod(s) ({', '.join(pods)})"
+
+    def _location(self, model: str, name: str, value: str) -> followed.Location:
+        """A list entry as the pods fetch it: an archive location or a remote source as given, or an adapter folder
+        of a packaged repository (`<repository>/<model>/<N>/adapters/<name>`) as the location in its archive."""
+        if "://" in value:
+            return followed.parse_location(name, value)
+        folder = Path(value)
+        field = f"adapters.{name}"
+        if not folder.is_absolute() or len(folder.parts) < 5 or folder.parts[-2] != "adapters" \
+                or folder.parts[-4] != model or not folder.parts[-3].isdigit():
+            raise TritonpkgError(f"{value!r} is not an adapter folder of a packaged release", field=field,
+                                 expected=followed.EXPECTED)
+        repository = folder.parents[3]
+        inside = folder.relative_to(repository).as_posix()
+        if not (repository / "tritonpkg.lock.json").is_file() or not folder.is_dir() \
+                or not safepath.within(folder, repository):
+            raise TritonpkgError(f"{value!r} is not an adapter folder of a packaged release", field=field,
+                                 expected=followed.EXPECTED)
+        archive = self._archives.get(repository) or self._put_archive(model, int(folder.parts[-3]), repository)
+        return followed.ArchiveLocation(url=archive.url, file=archive.file, sha256=archive.sha256,
+                                        path=safepath.check_name(inside, source=value, what=field))
+
+    def _put_archive(self, model: str, version: int, repository: Path) -> followed.ArchiveLocation:
+        """The packaged release's archive (its files and lock) in the store; the location of its repository."""
+        from tritonpkg.deploy.release import Release
+
+        store = store_mod.check_store(self.package_store)
+        release = Release(model=model, version=version, repository=repository)
+        with tempfile.TemporaryDirectory(prefix="tritonpkg-archive-") as scratch:
+            path = Path(scratch) / "package.tar.gz"
+            ref = store_mod.archive_ref(store, model, version, store_mod.write_archive(release, path))
+            self.upload(path, ref)
+        self._archives[repository] = followed.ArchiveLocation(url=ref.url, file=ref.file, sha256=ref.sha256, path="")
+        return self._archives[repository]
+
+    def _ready_pods(self, unit: str) -> list[str]:
+        """The unit's pods that are Ready and not terminating, by name."""
+        pods = self.core.list_namespaced_pod(namespace=self.namespace, label_selector=f"tritonpkg.io/unit={unit}")
+        ready = []
+        for pod in pods.items:
+            if pod.metadata.deletion_timestamp is not None:
+                continue
+            conditions = (pod.status.conditions or []) if pod.status else []
+            if any(c.type == "Ready" and c.status == "True" for c in conditions):
+                ready.append(pod.metadata.name)
+        return sorted(ready)
+
+    def _not_serving(self, unit: str, want: str) -> list[str]:
+        """Why each ready pod does not serve the list `want` yet ([]: all do); a pod that failed it fails now."""
+        waiting = []
+        for pod in self._ready_pods(unit):
+            status, text = self._proxy("GET", pod, OPENAI, "health/adapters")
+            try:
+                state = json.loads(text) if status == 200 else None
+            except ValueError:
+                state = None
+            if not isinstance(state, dict):
+                waiting.append(f"{pod}: HTTP {status} {text[:200]}")
+            elif state.get("applied_sha256") == want:
+                continue
+            elif state.get("list_sha256") == want and state.get("error"):
+                raise TritonpkgError(f"pod {pod} cannot serve the adapter list: {state['error']}", field="adapters")
+            else:
+                waiting.append(f"{pod}: serving {str(state.get('applied_sha256'))[:12]}")
+        return waiting
+
+    def _proxy(self, method: str, pod: str, port: int, path: str,
+               body: dict[str, Any] | None = None) -> tuple[int, str]:
+        """A request to a pod's port through the API server (`pods/<pod>:<port>/proxy/<path>`), as the official
+        client's ApiClient.call_api sends it (its connect_*_proxy methods take no request body); (status, text)."""
+        resource = f"/api/v1/namespaces/{self.namespace}/pods/{pod}:{port}/proxy/{path}"
+        try:
+            resp = self.core.api_client.call_api(
+                resource, method, header_params={"Content-Type": "application/json", "Accept": "application/json"},
+                body=body, auth_settings=["BearerToken"], _return_http_data_only=True, _preload_content=False,
+                _request_timeout=120)
+        except Exception as exc:
+            status = getattr(exc, "status", None)
+            if status is None:
+                raise
+            return int(status), str(getattr(exc, "body", "") or exc)
+        return 200, bytes(resp.data).decode(errors="replace")
+
     def _unit_of(self, ep: Endpoints) -> str:
         return ep.name or ""
 
@@ -503,5 +660,31 @@ class KubernetesDriver:
             self.custom.create_namespaced_custom_object(GATEWAY_GROUP, GATEWAY_VERSION, self.namespace, ROUTES, body)
 
 
-def _implements(driver: KubernetesDriver) -> Driver:
-    return driver  # mypy proves the driver implements the protocol
+def packaged_adapters(release: Release, archive: ArchiveRef) -> dict[str, str] | None:
+    """The release's packaged adapter list as its pods serve it: a folder inside the version is that folder in the
+    unit's own archive, a remote source stays; None where the release has no list or one a pod cannot follow (a
+    folder of a declared volume: no adapter rollout into that unit)."""
+    version = Path(release.repository) / release.model / str(release.version)
+    if not (version / followed.version_files.MULTI_LORA).is_file():
+        return None
+    out: dict[str, str] = {}
+    for name, value in followed.version_files.read_adapter_list(version).items():
+        if not isinstance(value, str):
+            return None
+        if "://" in value:
+            out[name] = value
+        elif not value.startswith(("/", "~")):
+            inside = f"{release.model}/{release.version}/{value.removeprefix('./').rstrip('/')}"
+            out[name] = followed.ArchiveLocation(url=archive.url, file=archive.file, sha256=archive.sha256,
+                                                 path=inside).text()
+        else:
+            return None
+    try:
+        followed.parse(followed.render(out))
+    except TritonpkgError:
+        return None
+    return out
+
+
+def _implements(driver: KubernetesDriver) -> tuple[Driver, AdapterRollouts]:
+    return driver, driver  # mypy proves the driver implements the core protocol and adapter rollouts

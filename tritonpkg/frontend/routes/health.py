@@ -1,6 +1,9 @@
-"""Health routes: live (the process answers) and ready (Triton and every model it loaded are READY)."""
+"""Health routes: live (the process answers), ready (Triton and every model it loaded are READY, and a followed
+adapter list has been applied once) and adapters (what a followed list's follower has applied)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -11,9 +14,21 @@ from tritonpkg.frontend.routes.common import ERRORS, backend_of
 router = APIRouter()
 
 
+def _adapter_status(request: Request) -> dict[str, Any] | None:
+    from tritonpkg.serve.adapter_list import read_status
+
+    repository = request.app.state.settings.model_repository
+    return read_status(repository) if repository is not None else None
+
+
 @router.get("/health/ready", responses=ERRORS)
 async def ready(request: Request) -> JSONResponse:
-    """200 only when Triton is ready and every model it has loaded or tried to load is READY."""
+    """200 only when Triton is ready and every model it has loaded or tried to load is READY (and, where serve
+    follows an adapter list, once its first list is served: a restarted pod never answers with stale adapters)."""
+    followed = _adapter_status(request)
+    if followed is not None and not followed.get("ready"):
+        return JSONResponse({"status": "not ready", "reason": "the adapter list is not applied yet",
+                             "adapters": followed}, status_code=503)
     be = backend_of(request)
     try:
         server = await be.server_ready()
@@ -28,6 +43,18 @@ async def ready(request: Request) -> JSONResponse:
         return JSONResponse({"status": "not ready", "reason": "; ".join(parts), "models": not_ready},
                             status_code=503)
     return JSONResponse({"status": "ready", "models": sorted(m["name"] for m in models)})
+
+
+@router.get("/health/adapters")
+async def adapters(request: Request) -> JSONResponse:
+    """The followed adapter list's state (`serve --adapter-list`): the sha256 of the list last read and of the
+    one applied, the adapters the backend serves and refused, and why the last one failed; 404 where none is
+    followed. A deploy driver waits here for every pod to serve the list it wrote."""
+    followed = _adapter_status(request)
+    if followed is None:
+        return JSONResponse({"error": {"message": "this server follows no adapter list", "type": "not_found"}},
+                            status_code=404)
+    return JSONResponse(followed)
 
 
 @router.get("/health/live")
