@@ -567,3 +567,88 @@ def test_the_adapter_list_configmap_validates_and_keeps_to_1_mib():
     body["data"]["adapters.json"] = "x" * (1 << 20)
     with pytest.raises(k8s.ManifestError, match="1048576"):
         k8s.validate([body])
+
+
+def test_the_official_client_sends_the_adapter_steps_as_the_api_server_expects(tmp_path, store):
+    """The driver's adapter steps through the real `kubernetes` client (its CoreV1Api and ApiClient), against a
+    loopback HTTP server standing for the API server: the ConfigMap created then replaced at its REST paths, the
+    pods listed by the unit's label, each pod's /health/adapters read and the canary POSTed (with its body) at
+    the pod proxy's path, `<pod>:<port>/proxy/...`."""
+    kubernetes = pytest.importorskip("kubernetes", reason="pip install kubernetes (the kubernetes extra)")
+    import http.server
+    import threading
+    import urllib.parse
+
+    seen: list[tuple[str, str]] = []
+    maps: dict[str, dict] = {}
+
+    class ApiServer(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def _answer(self, code, body):
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _body(self):
+            return json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"null")
+
+        def do_GET(self):
+            url = urllib.parse.urlsplit(self.path)
+            seen.append(("GET", url.path + (f"?{urllib.parse.unquote(url.query)}" if url.query else "")))
+            if url.path == "/api/v1/namespaces/serving/pods":
+                ready = {"conditions": [{"type": "Ready", "status": "True"}]}
+                return self._answer(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": [
+                    {"metadata": {"name": "m-blue-0"}, "status": ready}]})
+            data = maps["m-blue-adapters"]["data"]["adapters.json"].encode()
+            sha = adapter_list.digest(data)
+            return self._answer(200, {"list_sha256": sha, "applied_sha256": sha, "error": None})
+
+        def do_POST(self):
+            body = self._body()
+            seen.append(("POST", self.path))
+            if self.path == "/api/v1/namespaces/serving/configmaps":
+                name = body["metadata"]["name"]
+                if name in maps:
+                    return self._answer(409, {"kind": "Status", "code": 409, "reason": "AlreadyExists"})
+                maps[name] = body
+                return self._answer(201, body)
+            lora = json.loads(body["sampling_parameters"])["lora_name"]
+            return self._answer(200, {"text_output": f"from {lora}"})
+
+        def do_PUT(self):
+            body = self._body()
+            seen.append(("PUT", self.path))
+            maps[body["metadata"]["name"]] = body
+            return self._answer(200, body)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ApiServer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        conf = kubernetes.client.Configuration(host=f"http://127.0.0.1:{server.server_port}")
+        core = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(conf))
+        driver = k8s.KubernetesDriver(None, core, None, namespace="serving", poll_s=0, package_store=STORE)
+        rel = lora_release(tmp_path, 2, {"support": b"s2"})
+        from tritonpkg.deploy.driver import Endpoints
+
+        ep = Endpoints.of({"name": "m-blue", "adapter_list": "m-blue-adapters"})
+        folder = str(rel.repository / "m" / "2" / "adapters" / "support")
+        written = driver.adapters("m", 1, ep, {"support@2": folder})
+        assert driver.adapters("m", 1, ep, {"support": folder}) == {"support": written["support@2"]}
+        assert driver.adapter_check("m", ep, {"text_input": "hi", "sampling_parameters": {"max_tokens": 1}},
+                                    "support") == "support answered on 1 pod(s) (m-blue-0)"
+    finally:
+        server.shutdown()
+    pods = ("GET", "/api/v1/namespaces/serving/pods?labelSelector=tritonpkg.io/unit=m-blue")
+    ack = ("GET", "/api/v1/namespaces/serving/pods/m-blue-0:9000/proxy/health/adapters")
+    assert seen == [
+        ("POST", "/api/v1/namespaces/serving/configmaps"), pods, ack,
+        ("POST", "/api/v1/namespaces/serving/configmaps"),  # 409: it exists, replaced
+        ("PUT", "/api/v1/namespaces/serving/configmaps/m-blue-adapters"), pods, ack,
+        pods, ("POST", "/api/v1/namespaces/serving/pods/m-blue-0:8000/proxy/v2/models/m/generate"),
+    ]
+    assert list(adapter_list.parse(maps["m-blue-adapters"]["data"]["adapters.json"].encode())) == ["support"]

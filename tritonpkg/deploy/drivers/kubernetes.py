@@ -628,17 +628,25 @@ class KubernetesDriver:
 
     def _proxy(self, method: str, pod: str, port: int, path: str,
                body: dict[str, Any] | None = None) -> tuple[int, str]:
-        """A request to a pod's port through the API server (`pods/<pod>:<port>/proxy/<path>`), as the official
-        client's ApiClient.call_api sends it (its connect_*_proxy methods take no request body); (status, text)."""
+        """A request to a pod's port through the API server (`pods/<pod>:<port>/proxy/<path>`), sent by the official
+        client's ApiClient (its connect_*_proxy methods take no request body); (status, text). The client's two
+        generations differ here: `param_serialize` + `call_api` (which answers any status), or the older
+        `call_api(resource_path, method, ...)` (which raises ApiException for a status outside 2xx)."""
+        api = self.core.api_client
         resource = f"/api/v1/namespaces/{self.namespace}/pods/{pod}:{port}/proxy/{path}"
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
         try:
-            resp = self.core.api_client.call_api(
-                resource, method, header_params={"Content-Type": "application/json", "Accept": "application/json"},
-                body=body, auth_settings=["BearerToken"], _return_http_data_only=True, _preload_content=False,
-                _request_timeout=120)
+            if hasattr(api, "param_serialize"):
+                _, url, headers, data, _ = api.param_serialize(method, resource, header_params=headers, body=body,
+                                                               auth_settings=["BearerToken"])
+                resp = api.call_api(method, url, header_params=headers, body=data, _request_timeout=120)
+                resp.read()
+                return int(resp.status), bytes(resp.data).decode(errors="replace")
+            resp = api.call_api(resource, method, header_params=headers, body=body, auth_settings=["BearerToken"],
+                                _return_http_data_only=True, _preload_content=False, _request_timeout=120)
         except Exception as exc:
             status = getattr(exc, "status", None)
-            if status is None:
+            if not status:  # no answer from the API server at all
                 raise
             return int(status), str(getattr(exc, "body", "") or exc)
         return 200, bytes(resp.data).decode(errors="replace")
