@@ -652,3 +652,24 @@ def test_the_official_client_sends_the_adapter_steps_as_the_api_server_expects(t
         pods, ("POST", "/api/v1/namespaces/serving/pods/m-blue-0:8000/proxy/v2/models/m/generate"),
     ]
     assert list(adapter_list.parse(maps["m-blue-adapters"]["data"]["adapters.json"].encode())) == ["support"]
+
+
+def test_a_dry_run_of_an_adapter_rollout_has_the_configmap_it_leaves(tmp_path, store):
+    """What `deploy --dry-run -o` writes for an adapter plan (service.dry_run, once it plans adapter rollouts on this
+    target): only the unit's ConfigMap after the plan's last list, the release's changed adapter named inside the
+    archive the dry run writes, the unchanged one in the live unit's archive; valid, under 1 MiB."""
+    cluster = FakeCluster()
+    ex = executor(tmp_path, cluster)
+    assert ex.deploy(lora_release(tmp_path, 1, {"support": b"s1", "legal": b"l1"})).ok
+    live = ex.store.endpoints("m", "m-blue")["adapters"]
+    rel = lora_release(tmp_path, 2, {"support": b"s2", "legal": b"l1"})
+    plan = ex.plan(rel)
+    assert plan.strategy == "adapters"
+    archive = package_store.archive_ref(STORE, "m", 2, package_store.write_archive(rel, tmp_path / "v2.tar.gz"))
+    manifests = k8s.adapter_plan_manifests(plan, rel, archive, "serving")
+    assert [m["kind"] for m in manifests] == ["ConfigMap"] and k8s.validate(manifests)
+    listing = adapter_list.parse(manifests[0]["data"]["adapters.json"].encode())
+    assert listing["support"] == adapter_list.ArchiveLocation(url=archive.url, file=archive.file,
+                                                              sha256=archive.sha256, path="m/2/adapters/support")
+    assert listing["legal"] == adapter_list.parse_location("legal", live["legal"])
+    assert str(tmp_path) not in json.dumps(manifests)  # no host path

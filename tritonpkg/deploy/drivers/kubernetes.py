@@ -31,7 +31,7 @@ from tritonpkg import compat, safepath
 from tritonpkg.deploy.driver import AdapterRollouts, Driver, Endpoints, Entry, OnStarted
 from tritonpkg.deploy.drivers import package_store as store_mod
 from tritonpkg.deploy.drivers.package_store import ArchiveRef
-from tritonpkg.deploy.plan import Unit
+from tritonpkg.deploy.plan import Plan, Unit
 from tritonpkg.errors import TritonpkgError
 from tritonpkg.runtime import admin
 from tritonpkg.runtime.server import DRAIN_TIMEOUT_S
@@ -666,6 +666,28 @@ class KubernetesDriver:
             if getattr(exc, "status", None) != 404:
                 raise
             self.custom.create_namespaced_custom_object(GATEWAY_GROUP, GATEWAY_VERSION, self.namespace, ROUTES, body)
+
+
+def adapter_plan_manifests(plan: Plan, release: Release, archive: ArchiveRef,
+                           namespace: str = "default") -> list[dict[str, Any]]:
+    """The ConfigMap an adapter rollout's plan leaves its unit with (the plan's last list), the release's own adapter
+    folders named inside `archive` (the release's archive, as a dry run writes it beside the manifests): what a dry
+    run of an adapter rollout has to show and validate. Nothing else changes: no Deployment, no route."""
+    last = next((s for s in reversed(plan.steps) if s.kind == "adapters" and s.adapters is not None), None)
+    if last is None or not last.unit:
+        raise TritonpkgError("the plan writes no adapter list", field="strategy", expected="an adapter rollout's plan")
+    repository = Path(release.repository)
+    located: dict[str, followed.Location] = {}
+    for name, value in (last.adapters or {}).items():
+        folder = Path(value)
+        if "://" in value or not folder.is_absolute() or not safepath.lexically_within(folder, repository):
+            located[name] = followed.parse_location(name, value)
+            continue
+        inside = safepath.check_name(folder.relative_to(repository).as_posix(), source=value,
+                                     what=f"adapters.{name}")
+        located[name] = followed.ArchiveLocation(url=archive.url, file=archive.file, sha256=archive.sha256,
+                                                 path=inside)
+    return [adapter_list_manifest(plan.model, last.unit, followed.render(located), namespace)]
 
 
 def packaged_adapters(release: Release, archive: ArchiveRef) -> dict[str, str] | None:
