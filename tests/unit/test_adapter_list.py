@@ -71,6 +71,8 @@ def test_an_object_changed_in_the_store_is_refused_and_nothing_is_unpacked(tmp_p
         f._folder(location)
     assert exc.value.field == "sha256"
     assert not (tmp_path / "work" / "unpacked").exists()
+    s3.put_object(Bucket=BUCKET, Key=ref.key_url.removeprefix(f"s3://{BUCKET}/"), Body=path.read_bytes())
+    assert (f._folder(location) / "model.py").is_file()  # the object put right: fetched again, not the kept copy
 
 
 def test_the_follower_says_why_a_list_fails_and_readiness_waits_for_the_first(tmp_path):

@@ -239,6 +239,9 @@ def serve(
         **{k: v for k, v in (("max_members", max_members), ("max_bytes", max_bytes)) if v is not None})
     if adapter_list is not None and openai is False:
         raise _usage_error("--adapter-list", "reports on the OpenAI port (/health/adapters): drop --no-openai")
+    if adapter_list is not None and repo.is_dir():
+        raise _usage_error("--adapter-list", "rewrites the served multi_lora.json: serve a package archive (serve "
+                                             "unpacks it into a folder of its own), not a repository folder")
     _serve_local(options, as_json, triton_home, adapter_list)
 
 
@@ -287,13 +290,8 @@ def _print_docker(repo: Path, release: str | None, image: Image, ports: dict[str
 
 def _follower(options, stack, list_file: Path):
     """The adapter list follower of `stack` (tritonpkg.serve.adapter_list), over the repository serve owns."""
-    from tritonpkg.errors import TritonpkgError
     from tritonpkg.serve import adapter_list, weights
 
-    if options.source.is_dir():
-        raise TritonpkgError("a followed adapter list rewrites the served multi_lora.json", file=options.source,
-                             field="--adapter-list", expected="a package archive (serve unpacks it into a "
-                                                              "folder of its own)")
     repository = stack.repository  # serve's unpacked package: <scratch>/repository, removed at stop
     return adapter_list.Follower(list_file, repository, work=repository.parent / "adapter-list",
                                  weights_root=options.weights_root or weights.default_weights_root(),

@@ -270,6 +270,9 @@ class Follower:
         archive = Path(fetched.path) / location.file
         actual = file_sha256(archive) if archive.is_file() else None
         if actual != location.sha256:
+            import shutil
+
+            shutil.rmtree(fetched.path, ignore_errors=True)  # not kept: a later list naming it fetches it again
             raise TritonpkgError(f"the archive's sha256 is {actual}", file=location.text(), field="sha256",
                                  expected=f"{location.sha256} (the list's): the object changed in the store")
         package = unpack_archive(archive, target)
