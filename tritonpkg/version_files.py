@@ -3,13 +3,16 @@ the adapter list (NVIDIA's multi_lora.json, name -> folder) and the backend's ac
 serves. Serve, the OpenAI frontend, validate and deploy all read them here, so the files mean one thing to all
 four; each caller turns a ValueError (the content) or an OSError (the file) into its own error. The vLLM backend
 reads the same files inside Triton's stub, without tritonpkg, and keeps its own copy (backends/vllm/lora.py).
+A running unit's list is rewritten here too (write_adapter_list), by a rename the backend never sees half of.
 
 A repository may be hostile: every read is bounded (boundedio) and every parse failure, nesting too deep for
 the parser included, is a ValueError saying why."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +90,21 @@ def served_digest(version: Path) -> str | None:
         return None
     digest = ack.get("list_sha256") if isinstance(ack, dict) else None
     return digest if isinstance(digest, str) else None
+
+
+def write_adapter_list(version: Path, listing: dict[str, str]) -> str:
+    """Replace the version's adapter list by a rename (the backend follows the file), asking the backend to
+    acknowledge each list it applies (an acknowledgement file present); returns the sha256 it will acknowledge."""
+    body = (json.dumps(listing, indent=2) + "\n").encode()
+    if not (version / SERVED).is_file():
+        (version / SERVED).write_text("{}\n")
+    staged = version / f".{MULTI_LORA}.next"
+    staged.unlink(missing_ok=True)
+    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(body)
+    os.replace(staged, version / MULTI_LORA)
+    return hashlib.sha256(body).hexdigest()
 
 
 def version_folders(repo: Path, name: str) -> list[Path]:

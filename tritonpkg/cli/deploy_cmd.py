@@ -188,7 +188,8 @@ def status(
         if rep.proxy.get("http_url"):
             title += f" — HTTP {rep.proxy['http_url']} gRPC {rep.proxy['grpc_url']}"
         table = Table(title=title)
-        for col in ("unit", "version", "color", "weight %", "routed", "status", "alive", "endpoint", "adapters"):
+        for col in ("unit", "version", "color", "weight %", "routed", "status", "alive", "engine", "endpoint",
+                    "adapters"):
             table.add_column(col)
         for u in service.units_sorted(rep.units):
             ep = u.endpoints
@@ -196,7 +197,7 @@ def status(
             if u.adapter_release:
                 adapters += f" (from v{u.adapter_release})"
             table.add_row(u.name, str(u.version), u.color or "-", str(u.weight), "yes" if u.routed else "-",
-                          u.status, "yes" if u.alive else "-", ep.get("http_url") or ep.get("name") or "-",
+                          u.status, "yes" if u.alive else "-", u.engine, ep.get("http_url") or ep.get("name") or "-",
                           adapters)
         console.print(table)
         if rep.admin_key:

@@ -206,6 +206,7 @@ class UnitStatus(BaseModel):
     last_active: float | None
     endpoints: dict[str, Any] = Field(description="as recorded, without the I/O schema")
     alive: bool
+    engine: str = Field(default="-", description="local: the model's readiness and each engine's last state")
     adapters: list[str] = Field(default_factory=list, description="the LoRA adapters the unit serves, by name")
     adapter_release: int | None = Field(default=None, description="the release its adapters were rolled out from")
 
@@ -254,6 +255,10 @@ def status(state: Path, model: str | None = None) -> list[DeploymentStatus]:
         units = []
         for row in store.units_table(name):
             row["alive"] = _alive(target, row)
+            if target == "local" and row["alive"]:
+                from tritonpkg.deploy.drivers.unit_watch import engine_state
+
+                row["engine"] = engine_state(name, row["endpoints"])
             row["endpoints"].pop("schema", None)
             row["adapters"] = list(row["endpoints"].get("adapters") or _packaged_adapters(row["endpoints"], name,
                                                                                           row["version"]))

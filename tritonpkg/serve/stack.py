@@ -49,6 +49,12 @@ class StepEvent:
     detail: str = ""
 
 
+def announce_stop(stop_file: Path, seconds: float) -> None:
+    """The drain deadline the stack's vLLM backends read (STOP_FILE_ENV): from now on they refuse new requests and
+    send no self-unload, since a stop is under way."""
+    stop_file.write_text(f"{time.time() + seconds:.3f}\n")
+
+
 class ServingStack:
     """Use as a context manager, or start()/stop(). `on_event` sees each step start and finish."""
 
@@ -75,7 +81,7 @@ class ServingStack:
         self.admin_key_file: Path | None = None
         self.supervisor: Any = None  # EngineSupervisor, once Triton serves vLLM models
         self.stop_problem: str | None = None  # one line: why the last stop was not clean
-        self._stop_file: Path | None = None
+        self.stop_file: Path | None = None  # where a stop announces its drain deadline (announce_stop)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> ServingStack:
@@ -122,8 +128,8 @@ class ServingStack:
             self.supervisor.stop()
         drain = self.options.drain_timeout
         if self.server is not None and self.server.running:
-            if drain and self._stop_file is not None:
-                self._stop_file.write_text(f"{time.time() + drain:.3f}\n")
+            if drain and self.stop_file is not None:
+                announce_stop(self.stop_file, drain)
             self.server.begin_stop()
         if self.frontend is not None:
             self.frontend.stop(drain=drain or None)
@@ -307,7 +313,7 @@ class ServingStack:
         # vLLM backend can then unload a model whose engine died, so its readiness follows the engine.
         stop_dir = self._scratch_dir("stop")
         stop_dir.mkdir()
-        self._stop_file = stop_dir / "drain-deadline"  # named now, written when a stop begins
+        self.stop_file = stop_dir / "drain-deadline"  # named now, written when a stop begins
         exit_timeout = max(o.exit_timeout, int(o.drain_timeout) + STOP_MARGIN_S) if o.drain_timeout else o.exit_timeout
         control: ModelControlMode = "explicit" if t.model_control_mode == "none" else t.model_control_mode
         load = ["*"] if t.model_control_mode == "none" else list(t.load_models)
@@ -318,7 +324,7 @@ class ServingStack:
             metrics_host="127.0.0.1", model_control=control, load_models=load,
             log_verbose=t.log_verbose, metrics=t.metrics, extra_args=t.server_args(),
             startup_timeout=o.startup_timeout, log_path=o.log_path, exit_timeout=exit_timeout,
-            env={MULTIPROC_ENV: str(self.multiproc_dir), STOP_FILE_ENV: str(self._stop_file)},
+            env={MULTIPROC_ENV: str(self.multiproc_dir), STOP_FILE_ENV: str(self.stop_file)},
             admin_key=self.admin_key, on_progress=self._loading)
         self.server.start()
         self._supervise()

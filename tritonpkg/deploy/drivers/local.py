@@ -5,12 +5,13 @@ change through its admin socket.
 
 `persistent=False` (tests, in-process use): every process is supervised by this interpreter and
 stopped by `shutdown()` or at exit. `persistent=True` (the CLI): processes outlive the command that
-started them; their process groups are kept in the state file and later commands stop them by group."""
+started them; their process groups are kept in the state file and later commands stop them by group. A detached
+unit keeps serve's engine supervision through a watcher process of its own (unit_watch.py), and HAProxy's checks
+read the deployed model's readiness, which falls with its engine (haproxy.check_path); a retired unit's
+tritonserver is stopped leader first, so its engines stop after their requests, never under them."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import shutil
 import time
@@ -22,7 +23,7 @@ from tritonpkg import version_files
 from tritonpkg.deploy import state
 from tritonpkg.deploy.checks import check_adapter, check_triton
 from tritonpkg.deploy.driver import AdapterRollouts, Driver, Endpoints, Entry, OnStarted
-from tritonpkg.deploy.drivers import haproxy, processes
+from tritonpkg.deploy.drivers import haproxy, processes, unit_watch
 from tritonpkg.deploy.plan import Unit
 from tritonpkg.errors import TritonpkgError
 from tritonpkg.proc import rest
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
 SUMMARY = "--metrics-config=summary_latencies=true"
 UNIT_PORTS = 3  # per slot from unit_port_base: HTTP, gRPC, metrics
+STOP_GRACE_S = 30.0  # a retired unit's tritonserver: its models unload and their engines stop within it
 SERVING_COPY = "repository"  # under the unit's folder: the repository it serves (serving_copy)
 
 
@@ -42,7 +44,8 @@ class LocalDriver:
     def __init__(self, workdir: str | Path, *, proxy: dict[str, Any] | None = None, http_port: int = 0,
                  grpc_port: int = 0, slots: int = 6, persistent: bool = False, runtime: Any = None,
                  startup_timeout: float | None = None, drain_timeout: float = 10.0,
-                 weights_root: Path | None = None, triton: Any = None, unit_port_base: int = 0) -> None:
+                 weights_root: Path | None = None, triton: Any = None, unit_port_base: int = 0,
+                 on_engine_death: str = "restart") -> None:
         self.workdir = Path(workdir).absolute()
         self.haproxy = haproxy.Proxy(self.workdir, proxy, http_port=http_port, grpc_port=grpc_port, slots=slots,
                                      persistent=persistent)
@@ -57,6 +60,7 @@ class LocalDriver:
         self.adapter_ack_timeout = 120.0  # a rewritten adapter list, until the unit's backend serves it
         self.triton = triton  # tritonpkg.serve.TritonOptions; None: serve's defaults + summary latencies
         self._servers: dict[int, Any] = {}  # slot -> ServingStack (supervised here)
+        self.watchers = unit_watch.Watchers(self.workdir, on_engine_death)  # detached units' engine supervision
         self.notes: list[str] = []  # what stopping recorded process groups found (skipped ones say why)
 
     # -- the proxy (haproxy.Proxy) --------------------------------------------------------------------
@@ -142,6 +146,7 @@ class LocalDriver:
         from tritonpkg.serve import ServingStack
 
         repo = Path(release.repository)
+        self.haproxy.model = model  # a proxy started now checks the model's readiness (a running one keeps its own)
         self.ensure_proxy(on_started)
         slot = self._free_slot(taken_slots)
         on_started(Endpoints(slot=slot))
@@ -171,13 +176,19 @@ class LocalDriver:
         processes.start(stack.start, spawned, processes.spawn_tag(unit_dir), self.persistent)
         self._servers[slot] = stack
         server = stack.server
+        watched = sorted(stack.supervisor.models) if stack.supervisor is not None else []
+        stop_file = str(stack.stop_file) if stack.stop_file is not None else None
         processes.detach(stack, self.persistent)  # the state file owns the process group and the unit's folder now
+        watch = self.watchers.start(slot, unit_dir, server, watched) if self.persistent and watched else {}
         self.haproxy.admin.send(haproxy.enable_slot(slot, server.http_port, server.grpc_port))
-        return Endpoints(slot=slot, **state.identity_fields(server.pgid), http_url=server.http_url,
-                         grpc_url=server.grpc_url, metrics_url=server.metrics_url, log=str(log),
-                         repository=str(repo), serving_repository=str(stack.repository),
-                         unit_dir=str(unit_dir),
-                         weights=[{"source": w.source, "path": w.path, "kind": w.kind} for w in stack.weights])
+        ep = Endpoints(slot=slot, **state.identity_fields(server.pgid), http_url=server.http_url,
+                       grpc_url=server.grpc_url, metrics_url=server.metrics_url, log=str(log),
+                       repository=str(repo), serving_repository=str(stack.repository), unit_dir=str(unit_dir),
+                       weights=[{"source": w.source, "path": w.path, "kind": w.kind} for w in stack.weights])
+        for key, value in {**watch, "stop_file": stop_file}.items():  # the local target's own facts (extra fields)
+            if value is not None:
+                setattr(ep, key, value)
+        return ep
 
     def health_check(self, model: str, version: int, ep: Endpoints, smoke: dict[str, Any] | None) -> str:
         return check_triton(_url(ep), model, version, smoke)
@@ -217,16 +228,19 @@ class LocalDriver:
         if slot is not None and self.haproxy.alive():
             self.haproxy.admin.send(haproxy.disable_slot(slot))
             self.haproxy.unroute_slot(slot)
+        what = f"unit {Path(ep.log).stem if ep.log else slot}"
+        watcher = self.watchers.stop(ep, what)
         stack = self._servers.pop(slot, None) if slot is not None else None
-        if stack is not None:
+        if stack is not None:  # started by this command: its own stop is the graceful one
             stack.stop()
             self._remove_unit_dir(ep)
-            return ""
-        note = ""
-        what = f"unit {Path(ep.log).stem if ep.log else slot}"
+            return watcher
+        note = self._note(watcher) if watcher else ""
         folder = self._unit_dir(ep)
         if ep.pgid:
-            note = self._note(processes.stop_recorded(ep.facts(), what))
+            _announce_stop(folder, ep)
+            stopped = processes.stop_recorded(ep.facts(), what, grace=STOP_GRACE_S, leader_first=True)
+            note = "; ".join(n for n in (note, self._note(stopped)) if n)
         if folder is not None:  # a start killed between its spawn and its record (also a retried one): its tag
             found = processes.stop_unrecorded(processes.spawn_tag(folder), what)
             note = "; ".join(n for n in (note, self._note(found) if found else "") if n)
@@ -277,31 +291,16 @@ class LocalDriver:
         root = self.weights_root or w.default_weights_root()
         written = {name: str(w.fetch_adapter(location, root)) if "://" in location else location
                    for name, location in listing.items()}
-        body = (json.dumps(written, indent=2) + "\n").encode()
-        ack = version_dir / version_files.SERVED
-        if not ack.is_file():  # asks the backend to acknowledge each list it applies (lora.acknowledge)
-            ack.write_text("{}\n")
-        staged = version_dir / f".{version_files.MULTI_LORA}.next"
-        staged.unlink(missing_ok=True)
-        fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(body)
-        os.replace(staged, version_dir / version_files.MULTI_LORA)
-        self._await_served(ack, hashlib.sha256(body).hexdigest())
-        return written
-
-    def _await_served(self, ack: Path, digest: str) -> None:
-        """Until the unit's backend acknowledges the list just written (it reads the list about once a second)."""
-        deadline = time.monotonic() + self.adapter_ack_timeout
-        while True:
-            if version_files.served_digest(ack.parent) == digest:
-                return
+        digest = version_files.write_adapter_list(version_dir, written)
+        deadline = time.monotonic() + self.adapter_ack_timeout  # the backend reads the list about once a second
+        while version_files.served_digest(version_dir) != digest:
             if time.monotonic() > deadline:
                 raise TritonpkgError(f"the unit's backend did not acknowledge the adapter list within "
-                                     f"{self.adapter_ack_timeout:g} s", file=ack, field="adapters",
-                                     expected="the toolkit's vLLM backend serving this unit (NVIDIA's reads the "
-                                              "list only at load)")
+                                     f"{self.adapter_ack_timeout:g} s", file=version_dir / version_files.SERVED,
+                                     field="adapters", expected="the toolkit's vLLM backend serving this unit "
+                                     "(NVIDIA's reads the list only at load)")
             time.sleep(0.2)
+        return written
 
     def adapter_check(self, model: str, ep: Endpoints, smoke: dict[str, Any] | None, name: str) -> str:
         return check_adapter(_url(ep), model, smoke, name)
@@ -347,6 +346,17 @@ def serving_copy(repository: Path, dest: Path) -> Path:
 
     shutil.copytree(repository, dest, symlinks=True, copy_function=link_or_copy)
     return dest
+
+
+def _announce_stop(folder: Path | None, ep: Endpoints) -> None:
+    """Tell a recorded unit's backends the stop's drain deadline (serve.stack.announce_stop), only through a stop
+    file inside the unit's own folder (`folder`: LocalDriver._unit_dir; the path comes from the state file)."""
+    stop_file = Path(str(ep.facts().get("stop_file") or ""))
+    if folder is not None and stop_file.is_absolute() and stop_file.parent.parent == folder \
+            and not stop_file.parent.is_symlink() and stop_file.parent.is_dir():
+        from tritonpkg.serve.stack import announce_stop
+
+        announce_stop(stop_file, STOP_GRACE_S)
 
 
 def _check_port_base(base: int, slots: int, field: str) -> int:

@@ -4,8 +4,11 @@ carries in its environment (the folder or configuration recorded before the spaw
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -67,13 +70,36 @@ def stop_unrecorded(tag: str, what: str, grace: float = 10.0) -> str:
     return f"{what}: spawned but not recorded (the command was killed); found by its folder: {'; '.join(found)}"
 
 
-def stop_recorded(facts: Mapping[str, Any], what: str, grace: float = 10.0) -> str:
+def stop_recorded(facts: Mapping[str, Any], what: str, grace: float = 10.0, leader_first: bool = False) -> str:
     """Stop a process group an earlier command started, only once `state.recorded_group` found its leader
-    still the recorded process (proc.group.stop_adopted); returns what it found and did."""
+    still the recorded process (proc.group.stop_adopted); returns what it found and did. `leader_first`: SIGTERM
+    the leader alone and give the group `grace` s to end in the leader's own order (tritonserver unloads its
+    models, whose backends stop their engines), then stop what is left as a group."""
     pgid, note = state.recorded_group(facts, what)
     if pgid is None:
         return note
-    outcome = proc_group.stop_adopted(pgid, (int(facts["pg_start"]), str(facts["pg_exe"])), grace)
+    leader = (int(facts["pg_start"]), str(facts["pg_exe"]))
+    if leader_first:
+        if _leader_stopped(pgid, leader, grace):
+            return f"{note}: stopped"
+        grace = 5.0
+    outcome = proc_group.stop_adopted(pgid, leader, grace)
     if outcome == "not permitted":
         return note + ": not permitted to signal it (another user's processes): not stopped"
     return f"{note}: {outcome}"
+
+
+def _leader_stopped(pgid: int, leader: tuple[int, str], grace: float) -> bool:
+    """SIGTERM the recorded leader alone; True once nothing of its group is left within `grace` s."""
+    if proc_group.process_identity(pgid) != leader:
+        return False
+    try:
+        os.kill(pgid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return False
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if not proc_group.group_members(pgid):
+            return True
+        time.sleep(0.1)
+    return False
