@@ -46,6 +46,78 @@ def _upload(s3: Any, url: str, path: Path) -> None:
         s3.upload_file(str(path), bucket, key)
 
 
+def _descendants(root: int) -> dict[str, list[Any]]:
+    """Every process under `root` (its children, theirs, ...): pid -> [start time in clock ticks, command line]."""
+    procs = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        procs[int(entry)] = (int(fields[1]), [int(fields[19]), cmd.strip()])
+    out, todo = {}, [root]
+    while todo:
+        parent = todo.pop()
+        for pid, (ppid, info) in procs.items():
+            if ppid == parent and str(pid) not in out:
+                out[str(pid)] = info
+                todo.append(pid)
+    return out
+
+
+def _kubelet_write(path: Path, text: str) -> None:
+    """A ConfigMap's file as the kubelet projects it (its AtomicWriter): the data in a new timestamped folder,
+    `..data` renamed onto that folder, the key a link through `..data`."""
+    folder = path.parent
+    stamped = folder / f"..{time.time_ns()}"
+    stamped.mkdir()
+    (stamped / path.name).write_text(text)
+    (folder / "..data_tmp").symlink_to(stamped.name)
+    os.replace(folder / "..data_tmp", folder / "..data")
+    if not path.is_symlink():
+        path.symlink_to(f"..data/{path.name}")
+
+
+def _await_adapters(openai: str, key: str, sha: str, wait_s: float = 300) -> tuple[int, Any]:
+    """/health/adapters once its `key` names the list `sha` (and, for a refused list, its error is said)."""
+    deadline = time.monotonic() + wait_s
+    answer: tuple[int, Any] = (0, None)
+    while time.monotonic() < deadline:
+        answer = _http(f"{openai}/health/adapters")
+        state = answer[1] if isinstance(answer[1], dict) else {}
+        if state.get(key) == sha and (key == "applied_sha256" or state.get("error")):
+            break
+        time.sleep(0.5)
+    return answer
+
+
+def _rollout(plan: dict[str, Any], serve_pid: int, result: dict[str, Any]) -> None:
+    """The unit's adapter list changed twice under the running pod (a list it must refuse, then one it serves)."""
+    import hashlib
+
+    r, model, http, openai = plan["rollout"], plan["model"], plan["http"], plan["openai"]
+    out: dict[str, Any] = {"procs_before": _descendants(serve_pid)}
+    result["rollout"] = out
+    list_file = Path(r["list_file"])
+    _kubelet_write(list_file, r["bad"])
+    out["bad"] = _await_adapters(openai, "list_sha256", hashlib.sha256(r["bad"].encode()).hexdigest())
+    _kubelet_write(list_file, r["good"])
+    out["good"] = _await_adapters(openai, "applied_sha256", hashlib.sha256(r["good"].encode()).hexdigest())
+    out["ready"] = _http(f"{openai}/health/ready")
+    out["generate"] = {}
+    for name in [None, *r["names"]]:
+        params = {**plan["sampling"], "exclude_input_in_output": True, **({"lora_name": name} if name else {})}
+        out["generate"][name or ""] = _http(f"{http}/v2/models/{model}/generate",
+                                            {"text_input": plan["prompt"], "parameters": params})
+    out["completions"] = _http(f"{openai}/v1/completions",
+                               {"model": "remote-bot", "prompt": plan["prompt"], **plan["sampling"]})
+    out["procs_after"] = _descendants(serve_pid)
+
+
 def main(plan_file: str) -> None:
     plan = json.loads(Path(plan_file).read_text())
     result: dict[str, Any] = {}
@@ -94,6 +166,8 @@ def main(plan_file: str) -> None:
         key = plan["main_env"]["TRITONPKG_ADMIN_KEY"]
         result["admin_with_key"] = _http(f"{http}/v2/repository/index", {}, {"admin-key": key})[0]
         result["admin_without_key"] = _http(f"{http}/v2/repository/index", {})[0]
+        if plan.get("rollout"):
+            _rollout(plan, serve.pid, result)
     finally:
         if serve is not None and serve.poll() is None:
             serve.send_signal(signal.SIGTERM)
