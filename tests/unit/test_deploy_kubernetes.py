@@ -673,3 +673,17 @@ def test_a_dry_run_of_an_adapter_rollout_has_the_configmap_it_leaves(tmp_path, s
                                                               sha256=archive.sha256, path="m/2/adapters/support")
     assert listing["legal"] == adapter_list.parse_location("legal", live["legal"])
     assert str(tmp_path) not in json.dumps(manifests)  # no host path
+
+
+def test_a_list_no_ready_pod_acknowledges_times_out_naming_why(tmp_path, store):
+    """No ready pod (all restarting, say) is no acknowledgement: the step waits, then fails saying so, and the
+    rollback writes the live list back (the pods read it when they start)."""
+    cluster = FakeCluster()
+    ex = executor(tmp_path, cluster)
+    assert ex.deploy(lora_release(tmp_path, 1, {"support": b"s1"})).ok
+    ex.driver.adapter_ack_timeout = 0
+    cluster.objects[("deployment", "m-blue")]["spec"]["replicas"] = 0
+    out = ex.deploy(lora_release(tmp_path, 2, {"support": b"s2"}))
+    assert not out.ok and "no ready pod of m-blue" in out.error, out.error
+    live = ex.store.endpoints("m", "m-blue")["adapters"]
+    assert {n: loc.text() for n, loc in configmap_list(cluster).items()} == live

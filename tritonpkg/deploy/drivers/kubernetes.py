@@ -608,9 +608,11 @@ class KubernetesDriver:
         return sorted(ready)
 
     def _not_serving(self, unit: str, want: str) -> list[str]:
-        """Why each ready pod does not serve the list `want` yet ([]: all do); a pod that failed it fails now."""
-        waiting = []
-        for pod in self._ready_pods(unit):
+        """Why each ready pod does not serve the list `want` yet ([]: all do, and there is one at least); a pod that
+        failed it fails now."""
+        pods = self._ready_pods(unit)
+        waiting = [] if pods else [f"no ready pod of {unit}"]
+        for pod in pods:
             status, text = self._proxy("GET", pod, OPENAI, "health/adapters")
             try:
                 state = json.loads(text) if status == 200 else None
