@@ -108,3 +108,29 @@ def test_the_follower_says_why_a_list_fails_and_readiness_waits_for_the_first(tm
 def test_health_adapters_is_404_where_no_list_is_followed(tmp_path):
     app = TestClient(create_app(FrontendSettings(model_repository=tmp_path)))
     assert app.get("/health/adapters").status_code == 404
+
+
+def test_an_archive_rebuilt_from_a_packaged_repository_that_bundled_plugins_is_accepted(tmp_path, s3_env):
+    """The driver rebuilds a new release's archive from its packaged repository, which keeps no wheels: the lock's
+    plugin wheels are not required by the follower (it installs nothing from the archive), every repository file
+    still is verified. serve's own start, which installs them, still requires them."""
+    from tritonpkg.deploy.release import Release
+    from tritonpkg.serve.unpack import LockMismatchError, unpack_archive, verify_unpacked
+
+    repo = tmp_path / "repo"
+    package_spec(load_spec(EXAMPLES / "sentiment-custom"), repo)
+    lock = json.loads((repo / "tritonpkg.lock.json").read_text())
+    lock["models"]["sentiment"]["versions"]["1"]["plugins"] = [{"name": "p", "wheel": "p-1.0-py3-none-any.whl",
+                                                               "sha256": "00" * 32}]
+    (repo / "tritonpkg.lock.json").write_text(json.dumps(lock))
+    path = tmp_path / "rebuilt.tar.gz"
+    sha = package_store.write_archive(Release(model="sentiment", version=1, repository=repo), path)
+    with pytest.raises(LockMismatchError, match="listed in the lock but missing"):
+        verify_unpacked(unpack_archive(path, tmp_path / "strict"), path)
+    ref = package_store.archive_ref(STORE, "sentiment", 1, sha)
+    s3 = s3_env.client()
+    if BUCKET not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
+        s3.create_bucket(Bucket=BUCKET)
+    s3.put_object(Bucket=BUCKET, Key=ref.key_url.removeprefix(f"s3://{BUCKET}/"), Body=path.read_bytes())
+    location = adapter_list.ArchiveLocation(url=ref.url, file=ref.file, sha256=ref.sha256, path="sentiment/1")
+    assert (follower(tmp_path)._folder(location) / "model.py").is_file()

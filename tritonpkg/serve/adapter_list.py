@@ -7,7 +7,9 @@ file by a rename when the object changes). Each entry is one of:
 - an adapter inside a release's package archive in the package store:
   `s3://BUCKET/PREFIX/<model>/<sha256[:16]>/<file>.tar.gz#sha256=<sha256>&path=<model>/<N>/adapters/<name>`
   (fetched as the init container fetches the pod's own archive, its sha256 checked, unpacked with serve's
-  bounds and every file verified against its lock; the pod's own archive is the repository it already serves);
+  bounds and every repository file verified against its lock, the plugin wheels the lock lists not required:
+  nothing is installed from it, and the driver rebuilds the archive from the packaged repository, which keeps
+  none; the pod's own archive is the repository it already serves);
 - a remote source, `s3://...` or `hf://...`, materialized as serve materializes remote adapters.
 
 A host path is refused: a pod has none. `Follower` polls the file; each new content is fetched, verified and
@@ -277,7 +279,7 @@ class Follower:
                                  expected=f"{location.sha256} (the list's): the object changed in the store")
         package = unpack_archive(archive, target)
         try:
-            verify_unpacked(package, archive)
+            verify_unpacked(package, archive, wheels=False)  # adapter folders only: no plugin is installed from it
         except BaseException:
             import shutil
 

@@ -270,9 +270,11 @@ def _write_link(member: tarfile.TarInfo, stage: Path, name: str, archive: Path) 
     os.link(source, path)
 
 
-def verify_unpacked(package: UnpackedPackage, archive: str | Path) -> None:
+def verify_unpacked(package: UnpackedPackage, archive: str | Path, wheels: bool = True) -> None:
     """Every file under repository/ is named by the lock with the same sha256, every file the lock names is
-    there, and the wheels are exactly the plugins the lock lists. The first problems are in the error."""
+    there, and (unless `wheels` is False: a reader that installs none, such as a followed adapter list taking
+    adapter folders from a release's archive rebuilt from its packaged repository) the wheels are exactly the
+    plugins the lock lists. The first problems are in the error."""
     repo = package.repository
     lock_path = repo / lock_mod.LOCK_NAME
     if not lock_path.is_file():
@@ -301,13 +303,15 @@ def verify_unpacked(package: UnpackedPackage, archive: str | Path) -> None:
         rel = path.relative_to(repo).as_posix()
         if (path.is_file() or path.is_symlink()) and rel not in named:
             problems.append(f"{rel}: not in the lock")
-    wheels = {p.name: p for p in package.wheels}
-    for name in sorted(set(wheels) | set(plugins)):
+    if not wheels:
+        plugins.clear()
+    bundled = {p.name: p for p in package.wheels} if wheels else {}
+    for name in sorted(set(bundled) | set(plugins)):
         if name not in plugins:
             problems.append(f"{WHEELS_PREFIX}/{name}: not listed as a plugin in the lock")
-        elif name not in wheels:
+        elif name not in bundled:
             problems.append(f"{WHEELS_PREFIX}/{name}: listed in the lock but missing")
-        elif plugins[name] and lock_mod.sha256(wheels[name].read_bytes()) != plugins[name]:
+        elif plugins[name] and lock_mod.sha256(bundled[name].read_bytes()) != plugins[name]:
             problems.append(f"{WHEELS_PREFIX}/{name}: sha256 differs from the lock")
     if problems:
         shown = "\n  ".join(problems[:20]) + (f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else "")
