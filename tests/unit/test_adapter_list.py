@@ -134,3 +134,16 @@ def test_an_archive_rebuilt_from_a_packaged_repository_that_bundled_plugins_is_a
     s3.put_object(Bucket=BUCKET, Key=ref.key_url.removeprefix(f"s3://{BUCKET}/"), Body=path.read_bytes())
     location = adapter_list.ArchiveLocation(url=ref.url, file=ref.file, sha256=ref.sha256, path="sentiment/1")
     assert (follower(tmp_path)._folder(location) / "model.py").is_file()
+
+
+@pytest.mark.parametrize("extra", [["--no-openai"], ["--mode", "separate"], []])
+def test_serve_adapter_list_needs_an_archive_and_the_openai_port(tmp_path, extra):
+    """Usage errors before anything starts: the list's state is served on the OpenAI port, and the list rewrites
+    the served multi_lora.json, which serve owns only for an archive it unpacks (a folder is served in place)."""
+    from typer.testing import CliRunner
+
+    from tritonpkg.cli import app
+
+    res = CliRunner().invoke(app, ["serve", str(tmp_path), "--adapter-list", str(tmp_path / "a.json"), *extra])
+    assert res.exit_code == 2 and "--adapter-list" in res.output
+    assert ("OpenAI port" if extra else "package archive") in res.output

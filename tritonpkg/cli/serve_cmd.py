@@ -237,8 +237,9 @@ def serve(
         metrics_token=metrics_token or None, on_engine_death=on_engine_death.value, admin_key=admin_key,
         drain_timeout=drain_timeout, absolute_adapters=triton_home is not None,
         **{k: v for k, v in (("max_members", max_members), ("max_bytes", max_bytes)) if v is not None})
-    if adapter_list is not None and openai is False:
-        raise _usage_error("--adapter-list", "reports on the OpenAI port (/health/adapters): drop --no-openai")
+    if adapter_list is not None and (openai is False or mode is Mode.separate):
+        raise _usage_error("--adapter-list", "reports on the OpenAI port (/health/adapters), which --no-openai and "
+                                             "--mode separate turn off")
     if adapter_list is not None and repo.is_dir():
         raise _usage_error("--adapter-list", "rewrites the served multi_lora.json: serve a package archive (serve "
                                              "unpacks it into a folder of its own), not a repository folder")
