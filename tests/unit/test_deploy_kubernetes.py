@@ -675,6 +675,27 @@ def test_a_dry_run_of_an_adapter_rollout_has_the_configmap_it_leaves(tmp_path, s
     assert str(tmp_path) not in json.dumps(manifests)  # no host path
 
 
+def test_deploy_dry_run_plans_an_adapter_rollout_and_writes_only_its_configmap(tmp_path, store):
+    """service.dry_run (what `deploy --dry-run -o` calls) after a live v1: an adapter-only v2 is planned as an
+    adapter rollout on this target too, and `out` gets the unit's adapters ConfigMap and the v2 archive, nothing
+    else; the live objects are untouched."""
+    from tritonpkg.deploy import service
+
+    cluster = FakeCluster()
+    ex = executor(tmp_path, cluster)
+    assert ex.deploy(lora_release(tmp_path, 1, {"support": b"s1", "legal": b"l1"})).ok
+    before = repr(sorted(cluster.objects.items()))
+    out = tmp_path / "dry"
+    result = service.dry_run(ex.store, lora_release(tmp_path, 2, {"support": b"s2", "legal": b"l1"}), "kubernetes",
+                             out=out, kubernetes=service.KubernetesOptions(namespace="serving", package_store=STORE))
+    assert result.plan.strategy == "adapters", result.plan.reason
+    assert {s.kind for s in result.plan.steps} == {"adapters", "adapter_check"}, result.plan.steps
+    names = sorted(p.name for p in out.iterdir())
+    assert len(names) == 2 and "configmap-m-blue-adapters.yaml" in names, names
+    assert names[1].endswith(".tar.gz") and sorted(result.written) == [str(out / n) for n in names], names
+    assert repr(sorted(cluster.objects.items())) == before
+
+
 def test_a_list_no_ready_pod_acknowledges_times_out_naming_why(tmp_path, store):
     """No ready pod (all restarting, say) is no acknowledgement: the step waits, then fails saying so, and the
     rollback writes the live list back (the pods read it when they start)."""

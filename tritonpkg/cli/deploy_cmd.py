@@ -53,8 +53,8 @@ def deploy(
     strategy: str | None = typer.Option(None, "--strategy", "-s", help="auto | red-black | versioned | adapters "
                                         "(wins over the spec's deployment.strategy; default: the spec's, else "
                                         "auto). auto: adapters when the only change is the LoRA adapters (local "
-                                        "target), else red-black when the new I/O is compatible with the live "
-                                        "version, else versioned."),
+                                        "and kubernetes targets), else red-black when the new I/O is compatible "
+                                        "with the live version, else versioned."),
     target: str = typer.Option("local", "--target", "-t", help="local (tritonservers behind HAProxy) | kubernetes"),
     state: Path = typer.Option(DEFAULT_STATE, "--state", help=STATE_HELP),
     http_port: int = typer.Option(0, "--http-port", help="local: HAProxy's HTTP port on first deploy (0: free)."),
@@ -142,7 +142,7 @@ def _print_dry_run(result: DryRun, version: int, as_json: bool) -> None:
     table.add_column("step")
     table.add_column("on failure")
     for i, s in enumerate(plan.steps, 1):
-        undone = s.kind in ("provision", "health_check", "shift", "gate")
+        undone = s.kind in ("provision", "health_check", "shift", "gate", "adapters", "adapter_check")
         table.add_row(str(i), s.describe(), "rollback" if undone else "")
     console.print(table)
     console.print("rollback: " + " → ".join(s.describe() for s in plan.rollback))

@@ -148,13 +148,17 @@ def dry_run(store: StateStore, release: Release, target: str, out: Path | None =
     k = kubernetes or KubernetesOptions()
     check_target(release, target, k)
     with tempfile.TemporaryDirectory(prefix="tritonpkg-dry-run-") as scratch:
-        release = build(release.model_copy(update={"repository": Path(scratch) / "repository"}))
+        if not release.built:  # a spec's files, packaged here; a packaged repository is read where it is
+            release = build(release.model_copy(update={"repository": Path(scratch) / "repository"}))
         check_target(release, target, k)  # the packaged files too
-        plan = plan_release(store, release)
+        plan = plan_release(store, release, adapter_rollouts=True, adapter_grace_s=adapter_grace_s)
         archive_file = Path(scratch) / "package.tar.gz"
         ref = package_store.archive_ref(package_store.check_store(k.package_store), release.model, release.version,
                                         package_store.write_archive(release, archive_file))
-        manifests = dry_run_manifests(plan, release, k, ref)
+        if plan.strategy == "adapters":  # only the unit's adapter list changes
+            manifests = k8s.adapter_plan_manifests(plan, release, ref, k.namespace)
+        else:
+            manifests = dry_run_manifests(plan, release, k, ref)
         result = DryRun(plan=plan, validated=k8s.validate(manifests), archive=ref.key_url)
         if out is not None:
             import yaml
