@@ -13,6 +13,7 @@ import shlex
 import subprocess
 import sys
 import sysconfig
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,7 +100,14 @@ class ContainerView:
 
 
 def in_network(pid: int, argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess:
-    """Run `argv` (on the host's files) inside the network namespace of process `pid`."""
+    """Run `argv` (on the host's files) inside the network namespace of process `pid`, once `pid` has one of its own:
+    `unshare --net` makes it only after it starts, and an nsenter before that joins this host's namespace (seen: a
+    client polling the host's loopback for a server that was ready in the view)."""
+    own = os.readlink("/proc/self/ns/net")
+    deadline = time.monotonic() + 30
+    while os.readlink(f"/proc/{pid}/ns/net") == own:
+        assert time.monotonic() < deadline, f"process {pid} never left this network namespace"
+        time.sleep(0.02)
     return subprocess.run(["nsenter", f"--net=/proc/{pid}/ns/net", "--", *argv], capture_output=True, text=True,
                           timeout=timeout, check=False)
 
