@@ -143,7 +143,10 @@ def test_engine_killed_under_load_unit_goes_down_traffic_stays_and_it_comes_back
 
         proxy = StateStore(state / "state.db").deployment(MODEL)["info"]["proxy"]
         admin = haproxy.Admin(proxy["socket"])
-        assert all(slot_status(admin, u["endpoints"]["slot"]) == "UP" for u in live.values())
+        deadline = time.monotonic() + 60  # the new unit's slot turns UP after HAProxy's `rise` checks
+        while not all(slot_status(admin, u["endpoints"]["slot"]) == "UP" for u in live.values()):
+            assert time.monotonic() < deadline, [slot_status(admin, u["endpoints"]["slot"]) for u in live.values()]
+            time.sleep(0.2)
         with Load(proxy["http_url"]) as load:
             time.sleep(3)
             cores = engine_cores(pgid)
