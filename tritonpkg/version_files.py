@@ -21,6 +21,7 @@ from tritonpkg import boundedio, vllm_io
 ENGINE_ARGS = "model.json"
 MULTI_LORA = vllm_io.load().adapter_list.file
 SERVED = vllm_io.load().adapter_list.served  # written by the backend beside the list, after each list it applies
+ADAPTER_LIST_STATUS = ".adapter-list.status.json"  # a served repository's top: the followed list's state
 MAX_ENGINE_ARGS_BYTES = 16 << 20
 MAX_ADAPTER_LIST_BYTES = 1 << 20
 
@@ -92,19 +93,34 @@ def served_digest(version: Path) -> str | None:
     return digest if isinstance(digest, str) else None
 
 
-def write_adapter_list(version: Path, listing: dict[str, str]) -> str:
-    """Replace the version's adapter list by a rename (the backend follows the file), asking the backend to
-    acknowledge each list it applies (an acknowledgement file present); returns the sha256 it will acknowledge."""
-    body = (json.dumps(listing, indent=2) + "\n").encode()
-    if not (version / SERVED).is_file():
-        (version / SERVED).write_text("{}\n")
-    staged = version / f".{MULTI_LORA}.next"
+def write_json(path: Path, data: Any) -> bytes:
+    """`data` at `path` by a rename (a reader sees the old file or the new one, never half); the bytes written."""
+    body = (json.dumps(data, indent=2) + "\n").encode()
+    staged = path.with_name(f".{path.name}.next")
     staged.unlink(missing_ok=True)
     fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     with os.fdopen(fd, "wb") as fh:
         fh.write(body)
-    os.replace(staged, version / MULTI_LORA)
-    return hashlib.sha256(body).hexdigest()
+    os.replace(staged, path)
+    return body
+
+
+def write_adapter_list(version: Path, listing: dict[str, str]) -> str:
+    """Replace the version's adapter list by a rename (the backend follows the file), asking the backend to
+    acknowledge each list it applies (an acknowledgement file present); returns the sha256 it will acknowledge."""
+    if not (version / SERVED).is_file():
+        (version / SERVED).write_text("{}\n")
+    return hashlib.sha256(write_json(version / MULTI_LORA, listing)).hexdigest()
+
+
+def read_adapter_list_status(repository: Path) -> dict[str, Any] | None:
+    """serve --adapter-list's follower state, at the served repository's top (ADAPTER_LIST_STATUS); None where no
+    list is followed. The OpenAI frontend's /health routes read it."""
+    try:
+        data = _json(boundedio.read_file(repository / ADAPTER_LIST_STATUS, 1 << 16))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def version_folders(repo: Path, name: str) -> list[Path]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import threading
 import time
@@ -34,7 +33,7 @@ from typing import Any
 from tritonpkg import adapter_names, boundedio, safepath, version_files
 from tritonpkg.errors import TritonpkgError
 
-STATUS = ".adapter-list.status.json"  # at the served repository's top: the follower's state, the frontend's read
+STATUS = version_files.ADAPTER_LIST_STATUS  # at the served repository's top: the follower's state, the frontend's read
 MAX_LIST_BYTES = 1 << 20  # a ConfigMap's data cannot be larger
 MOUNT = "/etc/tritonpkg/adapters"  # where a pod mounts its unit's ConfigMap
 KEY = "adapters.json"  # the ConfigMap's data key: the file the follower reads
@@ -124,25 +123,7 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def read_status(repository: Path) -> dict[str, Any] | None:
-    """The follower's state beside the served repository's lock; None where no list is followed."""
-    try:
-        data = json.loads(boundedio.read_file(repository / STATUS, 1 << 16))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _write_json(path: Path, data: Any) -> bytes:
-    """`data` at `path` by a rename (a reader sees the old file or the new one); returns the bytes written."""
-    body = (json.dumps(data, indent=2) + "\n").encode()
-    staged = path.with_name(f".{path.name}.next")
-    staged.unlink(missing_ok=True)
-    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(body)
-    os.replace(staged, path)
-    return body
+read_status = version_files.read_adapter_list_status
 
 
 class Follower:
@@ -218,17 +199,14 @@ class Follower:
         self.log(f"adapter list {(sha or '')[:12]} not applied: {why}")
 
     def _write_status(self) -> None:
-        _write_json(self.repository / STATUS, self.status)
+        version_files.write_json(self.repository / STATUS, self.status)
 
     def apply(self, listing: Mapping[str, Location]) -> dict[str, Any]:
         """Fetch and verify what `listing` names, write it as the served version's multi_lora.json and wait for
         the backend's acknowledgement; returns what the backend serves and refused."""
         folders = {name: str(self._folder(loc)) for name, loc in listing.items()}
         version = self._served_version()
-        if not (version / version_files.SERVED).is_file():
-            (version / version_files.SERVED).write_text("{}\n")  # the backend acknowledges where this exists
-        body = _write_json(version / version_files.MULTI_LORA, folders)
-        want = digest(body)
+        want = version_files.write_adapter_list(version, folders)
         deadline = time.monotonic() + self.ack_timeout
         while version_files.served_digest(version) != want:
             if time.monotonic() > deadline or self._stop.is_set():

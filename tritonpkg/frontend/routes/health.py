@@ -15,10 +15,10 @@ router = APIRouter()
 
 
 def _adapter_status(request: Request) -> dict[str, Any] | None:
-    from tritonpkg.serve.adapter_list import read_status
+    from tritonpkg.version_files import read_adapter_list_status
 
     repository = request.app.state.settings.model_repository
-    return read_status(repository) if repository is not None else None
+    return read_adapter_list_status(repository) if repository is not None else None
 
 
 @router.get("/health/ready", responses=ERRORS)
