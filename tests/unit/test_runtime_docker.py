@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from tritonpkg.cli import app
 from tritonpkg.compat import default_release, get_release
 from tritonpkg.errors import CompatError, RuntimeSetupError
-from tritonpkg.runtime import docker_command
+from tritonpkg.serve.docker import docker_command
 
 
 def _volumes(argv: list[str]) -> list[str]:
@@ -94,7 +94,7 @@ def _lora_repo(tmp_path: Path, model: object) -> Path:
 
 
 def test_the_view_gives_each_named_folder_a_container_path() -> None:
-    from tritonpkg.runtime.docker import plan_view
+    from tritonpkg.serve.docker import plan_view
 
     engine_args = {"m/1/model.json": {"model": "/host/w", "tokenizer": "/host/tok", "n": 1},
                    "m/2/model.json": {"model": "/host/w"}, "e/1/model.json": {"model": "./weights"}}
@@ -159,7 +159,7 @@ def test_ngc_materializes_remote_weights_on_the_host_first(tmp_path: Path, s3_se
 
 def test_toolkit_mounts_an_archive_and_refuses_one_naming_a_host_folder(tmp_path: Path) -> None:
     from tritonpkg.repository import archive
-    from tritonpkg.runtime.docker import prepare, toolkit_command
+    from tritonpkg.serve.docker import prepare, toolkit_command
 
     remote = tmp_path / "remote.tar.gz"
     archive.write(remote, {"m/1/model.json": json.dumps({"model": "s3://b/w"}).encode()}, {})

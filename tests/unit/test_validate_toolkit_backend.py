@@ -113,7 +113,7 @@ def test_refuse_release_raises_the_same_line_naming_the_config(tmp_path):
 
 
 def test_serve_docker_ngc_refuses_it_with_the_same_line(tmp_path):
-    from tritonpkg.runtime import docker
+    from tritonpkg.serve import docker
 
     repo = packaged(tmp_path, "26.07", embed=True)
     prepared = docker.prepare(repo, "ngc", tmp_path / "state")

@@ -249,12 +249,13 @@ def serve(
 def _print_docker(repo: Path, release: str | None, image: Image, ports: dict[str, int], host: str,
                   state_dir: Path | None, weights_root: Path | None, plugins: bool, passed: list[str],
                   as_json: bool) -> None:
-    """Prepare what the container mounts (tritonpkg.runtime.docker) and print the `docker run` that serves it."""
+    """Prepare what the container mounts (tritonpkg.serve.docker) and print the `docker run` that serves it."""
     import shlex
 
     from tritonpkg.compat import default_release
     from tritonpkg.image import default_tag
-    from tritonpkg.runtime import admin, docker
+    from tritonpkg.runtime import admin
+    from tritonpkg.serve import docker
 
     release = release or default_release()
     state = state_dir or docker.default_state_dir(repo, release, image.value)

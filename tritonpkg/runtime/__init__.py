@@ -11,7 +11,6 @@ is tritonpkg.serve's job; this package installs and runs Triton.
 
 from __future__ import annotations
 
-from tritonpkg.runtime.docker import docker_command
 from tritonpkg.runtime.ensure import ensure_runtime, find_runtime
 from tritonpkg.runtime.environment import STUB_LOCALE_NOTE, server_environment
 from tritonpkg.runtime.info import runtime_report
@@ -25,7 +24,6 @@ __all__ = [
     "RuntimeSource",
     "ServerStartError",
     "TritonServer",
-    "docker_command",
     "ensure_runtime",
     "find_runtime",
     "locate_source",
