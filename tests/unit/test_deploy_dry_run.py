@@ -65,9 +65,13 @@ def dry_runs(spec: str, state: list[str], out_root: Path) -> dict[tuple[str, str
             assert res.exit_code == 0, (strategy, target, res.output)
             seen[strategy, target] = json.loads(res.output)["plan"]
             if target == "kubernetes":
-                unit = seen[strategy, target]["steps"][0]["unit"]
+                plan = seen[strategy, target]
+                unit = plan["steps"][0]["unit"]
                 names = {p.name for p in out.iterdir()}  # the unit's manifests and the archive its pods fetch
-                assert f"deployment-{unit}.yaml" in names and any(n.endswith(".tar.gz") for n in names), names
+                # an adapter rollout changes only the unit's adapter list (its ConfigMap); the others a new unit
+                wrote = (f"configmap-{unit}-adapters.yaml" if plan["strategy"] == "adapters"
+                         else f"deployment-{unit}.yaml")
+                assert wrote in names and any(n.endswith(".tar.gz") for n in names), names
             else:
                 assert not out.exists()  # -o names the Kubernetes manifests: the local target has none
     return seen
@@ -102,8 +106,8 @@ def test_a_dry_run_writes_nothing_but_its_manifests(tmp_path: Path, monkeypatch:
     assert live["auto", "local"]["strategy"] == live["adapters", "local"]["strategy"] == "adapters"
     last = live["auto", "local"]["steps"][-1]  # the grace reported is the one asked for and waited
     assert last["wait_s"] == 10 and last["note"].startswith("after 10 s of grace"), last
-    assert live["auto", "kubernetes"]["strategy"] == "red-black"  # this target cannot roll adapters
-    assert [key for key, plan in live.items() if "refused" in plan] == [("adapters", "kubernetes")]
+    assert live["auto", "kubernetes"]["strategy"] == live["adapters", "kubernetes"]["strategy"] == "adapters"
+    assert [key for key, plan in live.items() if "refused" in plan] == []
     assert live["versioned", "local"]["steps"][0]["unit"] == "bot-v2"
 
 
