@@ -128,7 +128,7 @@ def _ready_again(stack, client, after: int) -> float:
 
 
 def test_restart_policy_readiness_false_within_2s_then_ready_again(tmp_path, tiny_llm_weights):
-    """The EngineCore killed, then (in the fresh engine) its CPU worker process alone: each death is seen."""
+    """The EngineCore killed: readiness falls on every endpoint, the model is loaded again and answers."""
     import tritonclient.grpc as grpcclient
 
     stack = _start(tmp_path, tiny_llm_weights, "restart")
@@ -144,25 +144,22 @@ def test_restart_policy_readiness_false_within_2s_then_ready_again(tmp_path, tin
         assert code == 503 and MODEL in body, body
         print(f"restart: ready again {_ready_again(stack, client, 0):.1f} s after the kill")
         assert _generate(stack)[0] == 200
-        assert _engine_cores(stack, "VLLM::Worker"), "vLLM CPU runs its worker apart from EngineCore"
-        lag = _kill_and_measure(stack, client, "VLLM::Worker")
-        print(f"readiness lag after SIGKILL of the Worker (s): {json.dumps({k: round(v, 2) for k, v in lag.items()})}")
-        assert set(lag) == {"model_ready", "server_ready", "grpc_model_ready", "openai_ready", "engine_alive_gauge"}
-        assert max(lag.values()) <= BAR_S, lag
-        print(f"restart: ready again {_ready_again(stack, client, 1):.1f} s after the worker's kill")
-        assert _generate(stack)[0] == 200
     finally:
         stack.stop()
 
 
 def test_exit_policy_reports_the_death_and_leaves_nothing_running(tmp_path, tiny_llm_weights):
+    """The CPU worker process killed apart from its EngineCore: seen as a death, and `exit` ends the stack."""
     import tritonclient.grpc as grpcclient
 
     stack = _start(tmp_path, tiny_llm_weights, "exit")
     pgid = stack.server.pgid
     try:
         client = grpcclient.InferenceServerClient(stack.server.grpc_url)
-        lag = _kill_and_measure(stack, client)
+        assert _engine_cores(stack, "VLLM::Worker"), "vLLM CPU runs its worker apart from EngineCore"
+        lag = _kill_and_measure(stack, client, "VLLM::Worker")  # the worker alone: the other way an engine dies
+        print(f"readiness lag after SIGKILL of the Worker (s): {json.dumps({k: round(v, 2) for k, v in lag.items()})}")
+        assert set(lag) == {"model_ready", "server_ready", "grpc_model_ready", "openai_ready", "engine_alive_gauge"}
         assert max(lag.values()) <= BAR_S, lag
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and stack.problem() is None:
