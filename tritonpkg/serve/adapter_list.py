@@ -32,6 +32,7 @@ from typing import Any
 
 from tritonpkg import adapter_names, boundedio, safepath, version_files
 from tritonpkg.errors import TritonpkgError
+from tritonpkg.plugins.wheel import sha256_file
 
 STATUS = version_files.ADAPTER_LIST_STATUS  # at the served repository's top: the follower's state, the frontend's read
 MAX_LIST_BYTES = 1 << 20  # a ConfigMap's data cannot be larger
@@ -115,12 +116,7 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+file_sha256 = sha256_file  # an archive's digest, streamed (plugins.wheel's)
 
 
 read_status = version_files.read_adapter_list_status
