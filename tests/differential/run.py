@@ -44,6 +44,7 @@ SOFT_WAIT_S = 4.0
 # Each load the server never answers keeps one of its model-load threads forever (default 4: after four
 # such loads every later load hangs too), so the corpus server gets enough threads for all of them.
 LOAD_THREADS = 16  # normal loads answer within a few seconds; longer ones are set aside
+SERVER_RESTARTS = 2  # a server that dies under a load is started again for the cases left (see _load_all)
 SERVERS = 3
 """Servers loading side by side: a load is mostly waiting, so three on two cores take about a third of the time."""
 
@@ -144,29 +145,47 @@ def _unload(server, case: Case) -> None:
             server.unload_model(name, wait=False)
 
 
-def _load_all(server, cases: list[Case]) -> list[tuple[bool, str, float]]:
-    """Load the cases one at a time, unloading each before the next.
+def _load_all(server, cases: list[Case]) -> tuple[dict[str, tuple[bool, str, float]], list[Case]]:
+    """Load the cases one at a time, unloading each before the next; (results, cases to load again).
 
     One at a time because Triton 2.51 crashed (SIGSEGV in libtritonserver) twice in this corpus when
     loads and unloads of different models overlapped on four client threads. The only concurrency
     kept is for loads the server does not answer: a load still pending after SOFT_WAIT_S is left on
-    its thread (it is almost surely one of the hangs described above) and collected at the end."""
+    its thread (it is almost surely one of the hangs described above) and collected at the end.
+
+    The server can still die under a sequential load (SIGSEGV in libtritonserver, seen once in a CI run
+    on `as_config_empty`, which loads in every other run): its "no answer" is then the crash, not a
+    verdict on the case. The case it died on, the rest of the list, and every set-aside load that got no
+    answer (a hang cannot be told from the crash) come back as cases to load again, on a fresh server."""
     results: dict[str, tuple[bool, str, float]] = {}
     pending: list[tuple[Case, Future]] = []
+    again: list[Case] = []
     with ThreadPoolExecutor(max_workers=LOAD_THREADS) as pool:
-        for case in cases:
+        for i, case in enumerate(cases):
             future = pool.submit(_load, server, case)
             try:
-                results[case.name] = future.result(timeout=SOFT_WAIT_S)
+                result = future.result(timeout=SOFT_WAIT_S)
             except FutureTimeout:
                 pending.append((case, future))
                 continue
+            if not result[0] and not server.running:
+                again = cases[i:]
+                # The dead server's stubs inherited its sockets and keep set-aside load requests open: stop
+                # the process group so those end now rather than at load_timeout.
+                server.stop(grace=1.0)
+                break
+            results[case.name] = result
             _unload(server, case)
+        crashed = bool(again)
         for case, future in pending:
-            results[case.name] = future.result()
-            if results[case.name][0]:
+            result = future.result()
+            if not result[0] and (crashed or not server.running):
+                again.insert(0, case)
+                continue
+            results[case.name] = result
+            if result[0]:
                 _unload(server, case)
-    return [results[c.name] for c in cases]
+    return results, again
 
 
 def run_corpus(cases: list[Case], workdir: Path, load_timeout: float = LOAD_TIMEOUT_S,
@@ -196,9 +215,9 @@ def run_corpus(cases: list[Case], workdir: Path, load_timeout: float = LOAD_TIME
         parts = list(pool.map(lambda i: _serve_shard(server_repo, runtime, shards[i], logs[i], load_timeout,
                                                      auto_complete), range(len(shards))))
     loads: dict[str, tuple[bool, str, float, Path]] = {}
-    for shard, log, part in zip(shards, logs, parts, strict=True):
+    for shard, part in zip(shards, parts, strict=True):
         for case, result in zip(shard, part, strict=True):
-            loads[case.name] = (*result, log)
+            loads[case.name] = result
 
     verdicts = verdict_future.result()
     validator.shutdown()
@@ -218,21 +237,31 @@ def run_corpus(cases: list[Case], workdir: Path, load_timeout: float = LOAD_TIME
 
 
 def _serve_shard(server_repo: Path, runtime, cases: list[Case], log: Path, load_timeout: float,
-                 auto_complete: bool) -> list[tuple[bool, str, float]]:
+                 auto_complete: bool) -> list[tuple[bool, str, float, Path]]:
     """One server over the whole corpus repository (explicit mode: it loads only what it is asked),
-    loading `cases` one at a time."""
+    loading `cases` one at a time; a server that dies is started again (its own log) for the cases left,
+    at most SERVER_RESTARTS times, after which what is left counts as refused with the crash as reason."""
     from tritonpkg.runtime import TritonServer
 
-    with TritonServer(server_repo, runtime=runtime, model_control="explicit", startup_timeout=120,
-                      log_path=log,
-                      extra_args=[f"--model-load-thread-count={LOAD_THREADS}",
-                                  *([] if auto_complete else ["--disable-auto-complete-config"])]) as server:
-        # load_model() waits `startup_timeout` seconds for an answer; after start-up that is the load
-        # timeout, which bounds the loads the server never answers (see the module docstring).
-        server.startup_timeout = load_timeout
-        loads = _load_all(server, cases)
-        server.stop(grace=5.0)  # a hung load keeps the server from exiting on SIGTERM: do not wait long
-    return loads
+    results: dict[str, tuple[bool, str, float, Path]] = {}
+    todo = list(cases)
+    for attempt in range(SERVER_RESTARTS + 1):
+        run_log = log if attempt == 0 else log.with_name(f"{log.stem}.restart{attempt}.log")
+        with TritonServer(server_repo, runtime=runtime, model_control="explicit", startup_timeout=120,
+                          log_path=run_log,
+                          extra_args=[f"--model-load-thread-count={LOAD_THREADS}",
+                                      *([] if auto_complete else ["--disable-auto-complete-config"])]) as server:
+            # load_model() waits `startup_timeout` seconds for an answer; after start-up that is the load
+            # timeout, which bounds the loads the server never answers (see the module docstring).
+            server.startup_timeout = load_timeout
+            done, todo = _load_all(server, todo)
+            server.stop(grace=5.0)  # a hung load keeps the server from exiting on SIGTERM: do not wait long
+        results.update({name: (*r, run_log) for name, r in done.items()})
+        if not todo:
+            break
+    for case in todo:
+        results[case.name] = (False, f"the server died on every attempt to load this model ({run_log})", 0.0, run_log)
+    return [results[c.name] for c in cases]
 
 
 def poll_detail(log: str, model: str) -> str:

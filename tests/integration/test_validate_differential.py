@@ -67,3 +67,45 @@ def test_disagreements_are_the_known_ones(outcomes):
     assert not new and not fixed, (
         f"new disagreements (add to KNOWN_DISAGREEMENTS.md with a reason, or fix validate): {new}\n"
         f"listed but now agreeing (remove from KNOWN_DISAGREEMENTS.md): {fixed}\n\n" + markdown_report(outcomes))
+
+
+CRASH_ONCE_PY = '''\
+import os
+import signal
+from pathlib import Path
+
+
+class TritonPythonModel:
+    """The first load SIGSEGVs the server (the stub's parent), as Triton 2.51 once did under the corpus."""
+
+    def initialize(self, args):
+        marker = Path(__file__).parent / "crashed"
+        if not marker.exists():
+            marker.write_text("once")
+            os.kill(os.getppid(), signal.SIGSEGV)
+
+    def execute(self, requests):
+        return []
+'''
+
+
+@pytest.mark.integration
+def test_a_server_that_dies_under_a_load_is_started_again_for_the_cases_left(tmp_path):
+    """The harness must not turn one server crash into refusals of every case after it (a CI run recorded
+    17 cases as refused in 0 s after Triton 2.51 SIGSEGVed loading `as_config_empty`)."""
+    pytest.importorskip("pytriton", reason="the real server comes from nvidia-pytriton (pip install -e '.[runtime]')")
+    from tests.differential.corpus import Case, Draft, base_addsub
+    from tests.differential.run import run_corpus
+
+    def case(name: str, crash: bool = False) -> Case:
+        draft = base_addsub(name)["main"]
+        if crash:
+            draft.files["1/model.py"] = CRASH_ONCE_PY
+        return Case(name, "as", "crash-once harness check" if crash else "base", "load", (draft.render(),), name)
+
+    cases = [case("before"), case("crash_once", crash=True), case("after_one"), case("after_two")]
+    outcomes = run_corpus(cases, tmp_path, servers=1)
+    assert (tmp_path / "server-0.log").exists() and (tmp_path / "server-0.restart1.log").exists(), \
+        "the first server should have died and a second one taken the cases left"
+    assert "Signal (11)" in (tmp_path / "server-0.log").read_text(encoding="utf-8", errors="replace")
+    assert [(o.case, o.server_ok, o.server_message) for o in outcomes] == [(c.name, True, "") for c in cases]
