@@ -94,7 +94,7 @@ def test_a_server_that_dies_under_a_load_is_started_again_for_the_cases_left(tmp
     """The harness must not turn one server crash into refusals of every case after it (a CI run recorded
     17 cases as refused in 0 s after Triton 2.51 SIGSEGVed loading `as_config_empty`)."""
     pytest.importorskip("pytriton", reason="the real server comes from nvidia-pytriton (pip install -e '.[runtime]')")
-    from tests.differential.corpus import Case, Draft, base_addsub
+    from tests.differential.corpus import Case, base_addsub
     from tests.differential.run import run_corpus
 
     def case(name: str, crash: bool = False) -> Case:
