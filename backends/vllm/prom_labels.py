@@ -21,6 +21,20 @@ H = TypeVar("H")
 
 # NVIDIA's name -> the vLLM 0.32 family observed from the same values.
 ALIASES = {"vllm:time_per_output_token_seconds": "vllm:inter_token_latency_seconds"}
+GROUP_CLASSES = ("_spec_decoding_cls", "_kv_connector_cls", "_ec_connector_cls", "_perf_metrics_cls")
+"""PrometheusStatLogger's per-feature metric groups; each vLLM has some of them (0.27.1 has no EC connector)."""
+
+
+def inter_token_buckets(logger: Any, vllm_config: Any) -> list[float]:
+    """The buckets vLLM gives vllm:inter_token_latency_seconds, so the alias family matches it bucket for bucket:
+    vllm.v1.metrics.buckets (vLLM 0.30+, with the config's overrides), else the bounds of the histogram vLLM
+    made (earlier releases write the list inline)."""
+    try:
+        from vllm.v1.metrics.buckets import histogram_buckets
+    except ImportError:
+        made = next(iter(logger.histogram_inter_token_latency.values()))
+        return [b for b in made._upper_bounds if b != float("inf")]
+    return histogram_buckets("inter_token_latency", overrides=vllm_config.observability_config.custom_histogram_buckets)
 
 
 def with_labels(metric_cls: type[M], extra: dict[str, str]) -> type[M]:
@@ -46,7 +60,6 @@ def stat_logger(model: str, version: str):
     """A vLLM PrometheusStatLogger class (a stat-logger factory for AsyncLLM) labelling every series with
     the Triton model and version, and adding NVIDIA's alias families."""
     from prometheus_client import Counter, Gauge, Histogram
-    from vllm.v1.metrics.buckets import histogram_buckets
     from vllm.v1.metrics.loggers import PrometheusStatLogger
     from vllm.v1.metrics.utils import create_metric_per_engine
 
@@ -64,20 +77,14 @@ def stat_logger(model: str, version: str):
         _gauge_cls = gauge
         _counter_cls = counter
         _histogram_cls = histogram
-        _spec_decoding_cls = relabel(PrometheusStatLogger._spec_decoding_cls)
-        _kv_connector_cls = relabel(PrometheusStatLogger._kv_connector_cls)
-        _ec_connector_cls = relabel(PrometheusStatLogger._ec_connector_cls)
-        _perf_metrics_cls = relabel(PrometheusStatLogger._perf_metrics_cls)
 
         def __init__(self, vllm_config, engine_indexes=None):
             super().__init__(vllm_config, engine_indexes)
-            buckets = histogram_buckets("inter_token_latency",
-                                        overrides=vllm_config.observability_config.custom_histogram_buckets)
             alias = self._histogram_cls(
                 name="vllm:time_per_output_token_seconds",
                 documentation="Histogram of inter-token latency in seconds (NVIDIA's backend's name for "
                               "vllm:inter_token_latency_seconds, which has the same values).",
-                buckets=buckets, labelnames=["model_name", "engine"])
+                buckets=inter_token_buckets(self, vllm_config), labelnames=["model_name", "engine"])
             # the children of a Histogram are Histograms
             self._time_per_output_token = cast(
                 "dict[int, Histogram]", create_metric_per_engine(alias, self.per_engine_labelvalues))
@@ -88,4 +95,7 @@ def stat_logger(model: str, version: str):
                 for itl in iteration_stats.inter_token_latencies_iter:
                     self._time_per_output_token[engine_idx].observe(itl)
 
+    for name in GROUP_CLASSES:
+        if hasattr(PrometheusStatLogger, name):
+            setattr(TritonLabelledStatLogger, name, relabel(getattr(PrometheusStatLogger, name)))
     return TritonLabelledStatLogger

@@ -50,8 +50,9 @@ def test_lane_26_08_agrees_with_vllm_0_27_1(tmp_path):
 def test_backend_imports_in_the_lane_are_what_the_matrix_predicts(ref):
     """NVIDIA's backend of the nearest branches that could be had (r26.08 could not) and the toolkit's own
     backends/vllm beside vLLM 0.27.1: the symbols each imports that do not resolve there are exactly those the
-    matrix's symbol history predicts, so neither loads in that lane, and why is recorded (the 26.08 image runs
-    its own r26.08 branch; the toolkit declares its backend's range in toolkit_features)."""
+    matrix's symbol history predicts. NVIDIA's branches miss some, so neither loads in that lane (the 26.08 image
+    runs its own r26.08 branch); the toolkit's misses none (an import it guards with `except ImportError` has a
+    fallback), and test_lane_toolkit_backend.py serves it there."""
     src = Path(__file__).resolve().parents[2] / "backends" / "vllm" if ref == "toolkit" else PEERS / ref / "src"
     assert src.is_dir(), f"NVIDIA's backend sources missing: {src}"
     symbols = sorted({s for f in sorted(src.rglob("*.py")) for s, _ in vllm_imports(f)})
@@ -63,4 +64,7 @@ def test_backend_imports_in_the_lane_are_what_the_matrix_predicts(ref):
     assert vllm is not None
     predicted = {s for s in symbols if compat.symbol_missing_reason(s, vllm)}
     assert missing == predicted, f"lane: {sorted(missing)}; matrix: {sorted(predicted)}"
-    assert missing, f"the {ref} backend would import cleanly beside vLLM {vllm}: serve it in the lane"
+    if ref == "toolkit":
+        assert not missing and compat.feature_holds("toolkit_backend", vllm)[0]
+    else:
+        assert missing, f"the {ref} backend would import cleanly beside vLLM {vllm}: serve it in the lane"

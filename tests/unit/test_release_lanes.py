@@ -60,10 +60,14 @@ def test_toolkit_features_by_vllm():
 
 
 def test_the_toolkits_backend_declares_the_vllm_it_is_proved_on():
-    holds = {v: compat.feature_holds("toolkit_backend", Version(v)) for v in ("0.24.0", "0.27.1", "0.31.0", "0.32.0",
-                                                                              "0.34.0")}
-    assert holds["0.32.0"][0] is True  # type: ignore[index]
-    assert all(h is not None and not h[0] for v, h in holds.items() if v != "0.32.0"), holds
-    assert "vllm.v1.metrics.buckets" in holds["0.27.1"][1]  # type: ignore[index]
-    assert compat.symbol_missing_reason("vllm.v1.metrics.buckets:histogram_buckets", Version("0.27.1"))
-    assert compat.symbol_missing_reason("vllm.v1.metrics.buckets:histogram_buckets", compat.pinned_vllm()) is None
+    """Proved where a lane or the suite serves it (0.27.1, 0.32.0), refused where an import it cannot do without is
+    missing (before 0.11.0), not proved in between; every row's floor and reason agree with the symbol history."""
+    holds = {v: compat.feature_holds("toolkit_backend", Version(v))
+             for v in ("0.5.5", "0.10.2", "0.11.0", "0.24.0", "0.27.1", "0.31.0", "0.32.0", "0.34.0")}
+    assert {v for v, h in holds.items() if h and h[0]} == {"0.27.1", "0.32.0"}, holds
+    assert "served in the 26.08 lane" in holds["0.27.1"][1]  # type: ignore[index]
+    assert all("StructuredOutputsParams" in holds[v][1] for v in ("0.5.5", "0.10.2"))  # type: ignore[index]
+    assert all(holds[v][1].startswith("not proved") for v in ("0.11.0", "0.24.0", "0.31.0", "0.34.0"))  # type: ignore[index]
+    assert str(compat.toolkit_backend_range()) == ">=0.11.0"
+    assert compat.symbol_missing_reason("vllm.sampling_params:StructuredOutputsParams", Version("0.10.2"))
+    assert compat.symbol_missing_reason("vllm.sampling_params:StructuredOutputsParams", Version("0.11.0")) is None
