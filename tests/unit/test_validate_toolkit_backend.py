@@ -26,9 +26,12 @@ RULE = "toolkit_backend.vllm-range"
 
 def packaged(tmp_path: Path, release: str, embed: bool) -> Path:
     """The real packager's repository of the MiniLM embedding example (toolkit-only I/O) or of a generating
-    model (NVIDIA's I/O), aimed at `release`."""
+    model (NVIDIA's I/O), aimed at `release`. The packager refuses the embedding I/O for a release outside the
+    range (test_package_refuses_...), so that repository is packaged for 26.08 (inside) and judged against
+    `release`: a repository packaged elsewhere, or renamed, reaches validate and serve that way."""
     data = yaml.safe_load((EXAMPLES / "minilm-embeddings" / "tritonpkg.yaml").read_text())
-    data.update(weights=str(MINILM), target_release=release)
+    inside = not embed or compat.toolkit_backend_refusal(release) is None
+    data.update(weights=str(MINILM), target_release=release if inside else "26.08")
     if not embed:
         data["engine_args"].pop("runner")
     spec = Spec.model_validate(data)
@@ -55,7 +58,7 @@ def test_range_comes_from_the_refused_rows_of_toolkit_features():
         assert compat.feature_holds("toolkit_backend", Version(r["vllm_from"])) == (False, r["why"])
 
 
-@pytest.mark.parametrize("release", ["24.10", "26.07", "26.08"])
+@pytest.mark.parametrize("release", ["24.10", "25.09", "25.10"])
 def test_the_refusal_names_the_release_its_vllm_the_range_and_what_to_do(release):
     line = compat.toolkit_backend_refusal(release)
     vllm = compat.get_release(release).vllm_base
@@ -78,47 +81,70 @@ def test_the_contract_marks_tensors_nvidias_backend_never_had():
     assert not only & {*generate.inputs, *generate.outputs}, "NVIDIA's I/O marked toolkit-only"
 
 
-def test_validate_refuses_an_embedding_repository_for_26_07(tmp_path):
-    repo = packaged(tmp_path, "26.07", embed=True)
-    (p,) = errors(repo, "26.07")
+def test_validate_refuses_an_embedding_repository_for_25_10(tmp_path):
+    repo = packaged(tmp_path, "25.10", embed=True)
+    (p,) = errors(repo, "25.10")
     assert p.severity == "error" and p.model == "minilm" and p.file.endswith("config.pbtxt")
     assert re.match(r"(input|output)\[\d+\]$", p.field or "")
-    assert "embedding" in p.message and compat.toolkit_backend_refusal("26.07") in p.message  # type: ignore[operator]
+    assert "embedding" in p.message and compat.toolkit_backend_refusal("25.10") in p.message  # type: ignore[operator]
 
 
 def test_validate_passes_it_where_the_toolkits_backend_runs_and_a_generating_model_anywhere(tmp_path):
-    assert errors(packaged(tmp_path, "26.07", embed=True), None) == []  # local: the pinned vLLM
-    assert errors(packaged(tmp_path, "26.07", embed=False), "26.07") == []  # NVIDIA's I/O only
+    assert errors(packaged(tmp_path, "25.10", embed=True), None) == []  # local: the pinned vLLM
+    assert errors(packaged(tmp_path, "25.10", embed=False), "25.10") == []  # NVIDIA's I/O only
     assert errors(packaged(tmp_path, "26.09", embed=True), "26.09") == []  # vLLM not published: target.unknown
 
 
 def test_a_toolkit_tensor_written_by_hand_is_found_too(tmp_path):
-    repo = packaged(tmp_path, "26.08", embed=False)
+    repo = packaged(tmp_path, "25.09", embed=False)
     cfg = repo / "minilm" / "config.pbtxt"
     cfg.write_text(cfg.read_text() + '\ninput [{ name: "candidates" data_type: TYPE_STRING dims: [-1] '
                                       'optional: true }]\n')
-    (p,) = errors(repo, "26.08")
-    assert "candidates" in p.message and "0.27.1" in p.message
+    (p,) = errors(repo, "25.09")
+    assert "candidates" in p.message and "0.10.1.1" in p.message
 
 
 def test_refuse_release_raises_the_same_line_naming_the_config(tmp_path):
     """What a command that puts the repository on release R's image calls (config.pbtxt as written, nothing else)."""
-    repo = packaged(tmp_path, "26.07", embed=True)
+    repo = packaged(tmp_path, "25.10", embed=True)
     with pytest.raises(CompatError) as caught:
-        refuse_release(repo, "26.07")
-    assert compat.toolkit_backend_refusal("26.07") in caught.value.message  # type: ignore[operator]
+        refuse_release(repo, "25.10")
+    assert compat.toolkit_backend_refusal("25.10") in caught.value.message  # type: ignore[operator]
     assert caught.value.file and caught.value.file.endswith("minilm/config.pbtxt")
     assert caught.value.field and caught.value.expected
-    refuse_release(packaged(tmp_path, "26.07", embed=False), "26.07")  # NVIDIA's I/O: nothing to refuse
+    refuse_release(packaged(tmp_path, "25.10", embed=False), "25.10")  # NVIDIA's I/O: nothing to refuse
 
 
 def test_serve_docker_ngc_refuses_it_with_the_same_line(tmp_path):
     from tritonpkg.serve import docker
 
-    repo = packaged(tmp_path, "26.07", embed=True)
+    repo = packaged(tmp_path, "25.10", embed=True)
     prepared = docker.prepare(repo, "ngc", tmp_path / "state")
     with pytest.raises(CompatError) as caught:
-        docker.ngc_command(prepared, "26.07")
-    assert compat.toolkit_backend_refusal("26.07") in caught.value.message  # type: ignore[operator]
-    fine = docker.prepare(packaged(tmp_path, "26.07", embed=False), "ngc", tmp_path / "state2")
-    assert docker.ngc_command(fine, "26.07")[0] == "docker"
+        docker.ngc_command(prepared, "25.10")
+    assert compat.toolkit_backend_refusal("25.10") in caught.value.message  # type: ignore[operator]
+    fine = docker.prepare(packaged(tmp_path, "25.10", embed=False), "ngc", tmp_path / "state2")
+    assert docker.ngc_command(fine, "25.10")[0] == "docker"
+
+
+@pytest.mark.parametrize("release", ["26.07", "26.08"])
+def test_no_refusal_inside_the_range(tmp_path, release):
+    """26.08's vLLM (0.27.1) is proved by its lane, 26.07's (0.24.0) is inside the range, not proved: neither is
+    refused, and an embedding repository for either validates without the range error."""
+    assert compat.toolkit_backend_refusal(release) is None
+    assert errors(packaged(tmp_path, release, embed=True), release) == []
+
+
+@pytest.mark.parametrize("release", ["24.10", "25.10"])
+def test_package_refuses_the_embedding_io_outside_the_range_and_writes_nothing(tmp_path, release):
+    data = yaml.safe_load((EXAMPLES / "minilm-embeddings" / "tritonpkg.yaml").read_text())
+    data.update(weights=str(MINILM), target_release=release)
+    spec = Spec.model_validate(data)
+    with pytest.raises(CompatError) as caught:
+        package_spec(spec, tmp_path / "repo")
+    assert caught.value.field == "target_release"
+    assert compat.toolkit_backend_refusal(release) in caught.value.message  # type: ignore[operator]
+    assert "embedding" in caught.value.message
+    assert not (tmp_path / "repo").exists()
+    data["engine_args"].pop("runner")  # NVIDIA's I/O: nothing to refuse
+    assert package_spec(Spec.model_validate(data), tmp_path / "repo").models == ["minilm"]

@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from tritonpkg import boundedio, compat, safepath, vllm_io
-from tritonpkg.errors import PackageError, SpecError
+from tritonpkg.errors import CompatError, PackageError, SpecError
 from tritonpkg.repository import config as cfg
 from tritonpkg.repository import templates
 from tritonpkg.repository.adapters import MULTI_LORA, build_adapters, multi_lora_json
@@ -89,6 +89,7 @@ def _vllm_model(spec: Spec) -> BuiltModel:
     serves the model. `runner: pooling` (or `convert: embed`) in engine_args selects the embedding I/O."""
     pooling = spec.engine_args.get("runner") == "pooling" or spec.engine_args.get("convert") == "embed"
     inputs, outputs = vllm_io.load().packaged_io("embed" if pooling else "generate", spec.target_release)
+    _refuse_outside_toolkit_range(spec, [t.name for t in (*inputs, *outputs) if t.toolkit_only])
     config = cfg.ModelConfigSpec(
         name=spec.name,
         backend="vllm",
@@ -108,6 +109,16 @@ def _vllm_model(spec: Spec) -> BuiltModel:
         model.files.update({f"{prefix}/{rel}": data for rel, data in lora.files.items()})
         model.adapters = lora.lock
     return model
+
+
+def _refuse_outside_toolkit_range(spec: Spec, toolkit_tensors: list[str]) -> None:
+    """A model whose I/O only the toolkit's backend serves (the embedding I/O) cannot load on a release whose vLLM
+    that backend does not run on: refused here, before anything is written, with validate's line."""
+    refusal = compat.toolkit_backend_refusal(spec.target_release) if toolkit_tensors else None
+    if refusal:
+        raise CompatError(f"model {spec.name!r} would declare {', '.join(toolkit_tensors)}, which only the toolkit's "
+                          f"vLLM backend serves; {refusal}", file=spec.source, field="target_release",
+                          expected=f"a release whose vLLM is {compat.toolkit_backend_range()}")
 
 
 def _tensors(given: list, defaults: list[dict]) -> list[cfg.Tensor]:
