@@ -77,6 +77,33 @@ def test_kubernetes_dry_run_writes_validated_manifests(write_spec, tmp_path):
     assert route["spec"]["rules"][-1]["backendRefs"] == [{"name": "m-blue", "port": 8000, "weight": 100}]
 
 
+def test_on_engine_death_reaches_the_pods_serve_and_the_local_watchers(write_spec, tmp_path):
+    """--on-engine-death: kubernetes pods' `serve` takes it (default exit: the kubelet restarts the container), the
+    local driver's engine watchers take it (default restart); anything else is refused naming the option."""
+    pytest.importorskip("kubernetes_validate")
+    from tritonpkg.deploy import service
+
+    src = spec(write_spec, "a", 1, X, weights="s3://models/m")
+
+    def serve_args(*extra: str) -> list[str]:
+        out = tmp_path / f"manifests{len(extra)}"
+        res = runner.invoke(app, ["deploy", src, "--target", "kubernetes", "--dry-run", "-o", str(out), "--state",
+                                  str(tmp_path / "state"), "--package-store", "s3://packages/r", *extra])
+        assert res.exit_code == 0, res.output
+        pod = yaml.safe_load((out / "deployment-m-blue.yaml").read_text())["spec"]["template"]["spec"]
+        return pod["containers"][0]["args"]
+
+    def policy(args: list[str]) -> str:
+        return args[args.index("--on-engine-death") + 1]
+
+    assert policy(serve_args()) == "exit"
+    assert policy(serve_args("--on-engine-death", "restart")) == "restart"
+    bad = runner.invoke(app, ["deploy", src, "--on-engine-death", "retry", "--dry-run"])
+    assert bad.exit_code == 2 and "--on-engine-death" in bad.output
+    assert service.local_driver(tmp_path / "s", "m").watchers.policy == "restart"
+    assert service.local_driver(tmp_path / "s", "m", on_engine_death="exit").watchers.policy == "exit"
+
+
 def test_dry_run_prints_the_plan_and_its_rollback(write_spec, tmp_path):
     res = runner.invoke(app, ["deploy", spec(write_spec, "a", 1, X), "--dry-run", "--state", str(tmp_path / "s")])
     assert res.exit_code == 0, res.output

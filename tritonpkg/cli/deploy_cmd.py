@@ -88,6 +88,13 @@ def deploy(
                                              help="kubernetes: where the release's package archive is put and the "
                                                   "pods fetch it from (with --dry-run -o, written beside the "
                                                   "manifests to upload there)."),
+    on_engine_death: str | None = typer.Option(
+        None, "--on-engine-death", metavar="restart|exit", show_default=False,
+        help="What the units this deploy starts do when a vLLM engine dies (readiness turns false within ~1 s, so "
+             "HAProxy or the Service stops sending either way): restart loads the model again in the unit (3 "
+             "attempts; exhausted: as exit); exit stops the unit (local: HAProxy keeps traffic on the others; "
+             "kubernetes: the container exits and the kubelet restarts it). Default: restart locally, exit on "
+             "kubernetes."),
     teardown: bool = typer.Option(False, "--teardown", help="Stop every unit of model SOURCE (and its local proxy)."),
     as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
 ) -> None:
@@ -100,12 +107,15 @@ def deploy(
         raise typer.BadParameter("expected auto, red-black, versioned or adapters", param_hint="--strategy")
     if target not in ("local", "kubernetes"):
         raise typer.BadParameter("expected local or kubernetes", param_hint="--target")
+    if on_engine_death not in (None, "restart", "exit"):
+        raise typer.BadParameter("expected restart or exit", param_hint="--on-engine-death")
     from tritonpkg.deploy import service
     from tritonpkg.deploy.gate import Limits
     from tritonpkg.deploy.release import release_from
 
     k8s = service.KubernetesOptions(namespace=namespace, gateway=gateway, toolkit_image=toolkit_image,
-                                    package_store=package_store)
+                                    package_store=package_store,
+                                    **({"on_engine_death": on_engine_death} if on_engine_death else {}))
     if teardown:
         _print_teardown(service.teardown(state, source, k8s), as_json)
         return
@@ -117,7 +127,8 @@ def deploy(
         return
     store = service.store_at(state)
     driver = service.driver_for(target, state, release.model, http_port=http_port, grpc_port=grpc_port,
-                                unit_port_base=unit_port_base, kubernetes=k8s)
+                                unit_port_base=unit_port_base, kubernetes=k8s,
+                                on_engine_death=on_engine_death)  # type: ignore[arg-type]  # checked above
     progress = None if as_json else (lambda phase, step: err_console.print(
         f"[dim]{phase}:[/] {step.describe()}", highlight=False))
     limits = Limits(max_error_rate=max_error_rate, max_p99_ms=max_p99_ms,

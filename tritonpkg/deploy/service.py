@@ -19,6 +19,7 @@ from tritonpkg.deploy.plan import Plan, Step, Unit
 from tritonpkg.deploy.release import Release, build
 from tritonpkg.deploy.state import StateStore
 from tritonpkg.errors import TritonpkgError
+from tritonpkg.serve.supervisor import DEFAULT_POLICY, EngineDeathPolicy
 
 if TYPE_CHECKING:
     from tritonpkg.deploy.drivers.local import LocalDriver
@@ -33,6 +34,7 @@ class KubernetesOptions(BaseModel):
     gateway: str = "tritonpkg"
     toolkit_image: str | None = Field(default=None, description="None: tritonpkg.image.default_tag(release)")
     package_store: str | None = Field(default=None, description="s3://bucket/prefix the pods fetch archives from")
+    on_engine_death: EngineDeathPolicy = Field(default="exit", description="the pods' serve --on-engine-death")
 
 
 # -- state and drivers ---------------------------------------------------------------------------------
@@ -42,23 +44,28 @@ def store_at(state: Path, read_only: bool = False) -> StateStore:
 
 
 def local_driver(state: Path, model: str, http_port: int = 0, grpc_port: int = 0,
-                 unit_port_base: int = 0) -> LocalDriver:
-    """The CLI's local driver: its files under state/local/<model>, its processes outliving the command."""
+                 unit_port_base: int = 0, on_engine_death: EngineDeathPolicy = DEFAULT_POLICY) -> LocalDriver:
+    """The CLI's local driver: its files under state/local/<model>, its processes outliving the command;
+    `on_engine_death` is the policy of the engine watchers of the units it starts."""
     from tritonpkg.deploy.drivers.local import LocalDriver
 
     return LocalDriver(state / "local" / model, http_port=http_port, grpc_port=grpc_port, persistent=True,
-                       unit_port_base=unit_port_base)
+                       unit_port_base=unit_port_base, on_engine_death=on_engine_death)
 
 
 def driver_for(target: str, state: Path, model: str, *, http_port: int = 0, grpc_port: int = 0,
-               unit_port_base: int = 0, kubernetes: KubernetesOptions | None = None) -> Driver:
+               unit_port_base: int = 0, kubernetes: KubernetesOptions | None = None,
+               on_engine_death: EngineDeathPolicy | None = None) -> Driver:
+    """The target's driver; `on_engine_death` (None: the target's default, restart locally, exit on Kubernetes)
+    is what the units it starts do when a vLLM engine dies."""
     if target == "local":
-        return local_driver(state, model, http_port, grpc_port, unit_port_base)
+        return local_driver(state, model, http_port, grpc_port, unit_port_base, on_engine_death or DEFAULT_POLICY)
     from tritonpkg.deploy.drivers.kubernetes import KubernetesDriver
 
     k = kubernetes or KubernetesOptions()
     return KubernetesDriver.from_kubeconfig(namespace=k.namespace, gateway=k.gateway, toolkit_image=k.toolkit_image,
-                                            package_store=k.package_store)
+                                            package_store=k.package_store,
+                                            on_engine_death=on_engine_death or k.on_engine_death)
 
 
 def check_target(release: Release, target: str, kubernetes: KubernetesOptions | None = None) -> None:
@@ -120,7 +127,7 @@ def dry_run_manifests(plan: Plan, release: Release, k: KubernetesOptions, archiv
                  *k8s.unit_manifests(release.model, unit, archive=archive, namespace=k.namespace,
                                      release=release.target_release, gpus=release.gpus,
                                      toolkit_image=k.toolkit_image, volumes=d.volumes if d else [],
-                                     autoscaling=d.autoscaling if d else None,
+                                     autoscaling=d.autoscaling if d else None, on_engine_death=k.on_engine_death,
                                      replicas=step.replicas.get(unit.name, release.replicas))]
     final = next((s.weights for s in reversed(plan.steps) if s.kind == "shift"), {unit.name: 100})
     versions = {str(release.version): unit.name} if plan.strategy == "versioned" else {}

@@ -36,6 +36,7 @@ from tritonpkg.errors import TritonpkgError
 from tritonpkg.runtime import admin
 from tritonpkg.runtime.server import DRAIN_TIMEOUT_S
 from tritonpkg.serve import adapter_list as followed
+from tritonpkg.serve.supervisor import EngineDeathPolicy
 
 if TYPE_CHECKING:
     from tritonpkg.deploy.driver import Release
@@ -103,14 +104,15 @@ def verify_command(archive: ArchiveRef) -> list[str]:
     return ["sh", "-c", f"echo '{archive.sha256}  {archive_path(archive)}' | sha256sum --check --strict"]
 
 
-def serve_args(archive: ArchiveRef) -> list[str]:
+def serve_args(archive: ArchiveRef, on_engine_death: EngineDeathPolicy = "exit") -> list[str]:
     """The main container's `tritonpkg serve` (the image's entrypoint): every public port bound in the pod,
-    the OpenAI API on, a dead engine ending the container, the drain within the termination grace; no --json,
-    whose report carries the admin key, into the pod's log."""
+    the OpenAI API on, a dead engine handled by `on_engine_death` (exit: the container ends and the kubelet
+    restarts it; restart: serve loads the model again in place, readiness false meanwhile), the drain within the
+    termination grace; no --json, whose report carries the admin key, into the pod's log."""
     pod_ip = "0.0.0.0"  # noqa: S104 - the pod's own network namespace: the Service and the kubelet's probes reach it
     return ["serve", archive_path(archive), "--host", pod_ip, "--http-port", str(HTTP), "--grpc-port", str(GRPC),
             "--metrics-port", str(METRICS), "--openai-port", str(OPENAI), "--state-dir", f"{STATE}/serve",
-            "--weights-root", WEIGHTS, "--on-engine-death", "exit", "--drain-timeout", str(DRAIN_TIMEOUT_S),
+            "--weights-root", WEIGHTS, "--on-engine-death", on_engine_death, "--drain-timeout", str(DRAIN_TIMEOUT_S),
             "--adapter-list", f"{followed.MOUNT}/{followed.KEY}"]
 
 
@@ -156,7 +158,8 @@ def hpa_manifest(name: str, namespace: str, labels: dict[str, str], scaling: Aut
 def unit_manifests(model: str, unit: Unit, *, archive: ArchiveRef, namespace: str = "default",
                    release: str | None = None, gpus: int = 0, toolkit_image: str | None = None,
                    replicas: int | None = None, volumes: Sequence[Volume] = (),
-                   autoscaling: Autoscaling | None = None) -> list[dict[str, Any]]:
+                   autoscaling: Autoscaling | None = None,
+                   on_engine_death: EngineDeathPolicy = "exit") -> list[dict[str, Any]]:
     """The unit's Deployment and Service, and its HPA when the spec asks for autoscaling."""
     name = _name(unit.name)
     release = release or compat.default_release()
@@ -181,7 +184,7 @@ def unit_manifests(model: str, unit: Unit, *, archive: ArchiveRef, namespace: st
             "name": "verify", "image": image, "command": verify_command(archive),
             "volumeMounts": [{"name": "package", "mountPath": PACKAGE, "readOnly": True}]}],
         "containers": [{
-            "name": "serve", "image": image, "command": ["tritonpkg"], "args": serve_args(archive),
+            "name": "serve", "image": image, "command": ["tritonpkg"], "args": serve_args(archive, on_engine_death),
             "env": [{"name": ADMIN_ENV, "valueFrom": {"secretKeyRef": {"name": admin_secret_name(model),
                                                                        "key": admin.KEY_FILE}}}],
             "ports": [{"name": "http", "containerPort": HTTP}, {"name": "grpc", "containerPort": GRPC},
@@ -322,10 +325,11 @@ class KubernetesDriver:
     def __init__(self, apps: Any, core: Any, custom: Any, autoscaling: Any = None, *, namespace: str = "default",
                  gateway: str = "tritonpkg", toolkit_image: str | None = None, package_store: str | None = None,
                  ready_timeout: float = 900.0, poll_s: float = 2.0, release: Release | None = None,
-                 upload: Any = None) -> None:
+                 upload: Any = None, on_engine_death: EngineDeathPolicy = "exit") -> None:
         self.apps, self.core, self.custom, self.autoscaling = apps, core, custom, autoscaling
         self.namespace, self.gateway, self.toolkit_image = namespace, gateway, toolkit_image
         self.package_store = package_store
+        self.on_engine_death = on_engine_death  # the pods' serve --on-engine-death
         self.upload = upload or store_mod.upload
         self.ready_timeout, self.poll_s = ready_timeout, poll_s
         self.release = release
@@ -377,7 +381,7 @@ class KubernetesDriver:
             objects = unit_manifests(
                 model, unit, archive=archive, namespace=self.namespace, release=release.target_release,
                 gpus=release.gpus, toolkit_image=self.toolkit_image, replicas=unit.replicas, volumes=volumes,
-                autoscaling=deployment.autoscaling if deployment else None)
+                autoscaling=deployment.autoscaling if deployment else None, on_engine_death=self.on_engine_death)
             secret = admin_secret_manifest(model, self.namespace)
             validate([secret, *objects])
             self.upload(path, archive)
