@@ -45,7 +45,7 @@ SOFT_WAIT_S = 4.0
 # Each load the server never answers keeps one of its model-load threads forever (default 4: after four
 # such loads every later load hangs too), so the corpus server gets enough threads for all of them.
 LOAD_THREADS = 16  # normal loads answer within a few seconds; longer ones are set aside
-SERVER_RESTARTS = 2  # a server that dies under a load is started again for the cases left (see _load_all)
+SERVER_RESTARTS = 6  # a server that dies under a load is started again for the cases left (_load_all): 0-2 a run
 SERVERS = 4
 """Servers loading side by side: a load is mostly waiting (~0.3 s of CPU in 1.3 s), so four on two cores keep both
 cores busy."""
