@@ -72,6 +72,23 @@ def _check_text(name: str, *, source: str | Path | None, what: str) -> None:
         raise UnsafePathError(name, f"longer than {MAX_NAME_BYTES} bytes", source=source, what=what)
 
 
+def is_dir(path: str | Path) -> bool:
+    """Path.is_dir for a name that came from outside: False, not an exception, for one the OS refuses to look up
+    (longer than NAME_MAX or PATH_MAX, a permission denied on the way)."""
+    try:
+        return Path(path).is_dir()
+    except (OSError, ValueError):
+        return False
+
+
+def is_file(path: str | Path) -> bool:
+    """Path.is_file for a name that came from outside (see is_dir)."""
+    try:
+        return Path(path).is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def within(path: str | Path, root: str | Path) -> bool:
     """`path`, every link followed, is `root` or below it (`root`'s own links followed too)."""
     real, base = os.path.realpath(path), os.path.realpath(root)

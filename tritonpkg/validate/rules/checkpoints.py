@@ -10,6 +10,7 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+from tritonpkg import safepath
 from tritonpkg.validate.context import Context
 from tritonpkg.validate.loaded import LoadedModel, read_text
 from tritonpkg.validate.report import Problem
@@ -27,7 +28,7 @@ def template_weights(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
         weights = _settings_weights(src) if (m.versions[v] / "embedcore").is_dir() else None
         if weights is None:
             continue
-        if not Path(weights).is_dir():
+        if not safepath.is_dir(weights):
             yield m.problem("checkpoint.missing", "warning", f"weights folder {weights} is not on this host",
                             file=src, field="weights",
                             expected="the folder on the serving host (materialized there), or the model's load fails")

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tritonpkg import adapter_names, version_files
+from tritonpkg import adapter_names, safepath, version_files
 from tritonpkg.repository.adapters import VLLM_DEFAULT_MAX_LORA_RANK
 from tritonpkg.validate.context import Context
 from tritonpkg.validate.loaded import LoadedModel, read_json
@@ -95,7 +95,7 @@ def adapters(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
             yield m.problem("lora.folder", "error", f"adapter {name!r}: {location!r} leads outside the model "
                             "version", file=listing, field=name, expected="./<folder> inside the version")
             continue
-        if not folder.is_dir():
+        if not safepath.is_dir(folder):
             yield m.problem("lora.folder", "error" if not location.startswith(("/", "~")) else "warning",
                             f"adapter {name!r}: folder {location} not found", file=listing, field=name,
                             expected="the adapter's folder (on the serving host)")
@@ -105,7 +105,7 @@ def adapters(m: LoadedModel, ctx: Context) -> Iterator[Problem]:
 
 def _adapter(m: LoadedModel, name: str, folder: Path, base: _Base, max_rank: Any) -> Iterator[Problem]:
     config_file = folder / ADAPTER_CONFIG
-    if not config_file.is_file():
+    if not safepath.is_file(config_file):
         yield m.problem("lora.config_missing", "error", f"adapter {name!r}: {ADAPTER_CONFIG} is missing",
                         file=config_file, expected="peft's adapter_config.json (save_pretrained writes it)")
         return
@@ -131,7 +131,7 @@ def _adapter(m: LoadedModel, name: str, folder: Path, base: _Base, max_rank: Any
                         f"{max_rank}", file=config_file, field="r",
                         expected=f"at most {max_rank}, or a larger max_lora_rank in model.json")
     yield from _base_name(m, name, config, config_file, base)
-    weights = next((folder / w for w in ADAPTER_WEIGHTS if (folder / w).is_file()), None)
+    weights = next((folder / w for w in ADAPTER_WEIGHTS if safepath.is_file(folder / w)), None)
     if weights is None:
         yield m.problem("lora.weights_missing", "error", f"adapter {name!r}: no adapter weights",
                         file=folder / ADAPTER_WEIGHTS[0], expected=" or ".join(ADAPTER_WEIGHTS))
@@ -208,10 +208,10 @@ def _base_name(m: LoadedModel, name: str, config: dict[str, Any], config_file: P
     given = config.get("base_model_name_or_path")
     if not isinstance(given, str) or not given or base.model is None:
         return
-    if given == base.model or (base.folder is not None and Path(given).is_dir()
+    if given == base.model or (base.folder is not None and safepath.is_dir(given)
                                and os.path.realpath(given) == os.path.realpath(base.folder)):
         return
-    other = _arch(Path(given)) if Path(given).is_dir() else None
+    other = _arch(Path(given)) if safepath.is_dir(given) else None
     if other is not None and base.arch is not None:
         if other != base.arch:
             yield m.problem("lora.base", "error", f"adapter {name!r} was made for {given} ({_fmt(other)}), the "
@@ -322,7 +322,7 @@ class _Base:
         if not isinstance(model, str) or not model or "://" in model:
             return cls(model if isinstance(model, str) else None, None)
         path = _local(model, version)
-        return cls(model, path if path is not None and path.is_dir() else None)
+        return cls(model, path if path is not None and safepath.is_dir(path) else None)
 
     def modules(self) -> set[str]:
         """Module names with weights (`model.layers.0.self_attn.q_proj`), from the tensor names."""

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from tritonpkg import safepath
 from tritonpkg.repository.lock import LOCK_NAME
 from tritonpkg.validate.context import Context
 from tritonpkg.validate.loaded import LoadedModel
@@ -118,7 +119,7 @@ def _template_shows_tools(m: LoadedModel, version: str) -> Iterator[Problem]:
     entry = ModelEntry(name=m.name, version=version, kind="generate", backend=m.parsed.backend or "", created=0,
                        engine_args=read_engine_args(folder), source=folder)
     path = entry.tokenizer_path()
-    if path is None or not Path(path).is_dir():
+    if path is None or not safepath.is_dir(path):
         return  # a remote or absent tokenizer: the frontend reports it per request
     from tritonpkg.frontend.chat_tokenizer import load_chat_tokenizer
 
