@@ -56,16 +56,15 @@ def local_driver(state: Path, model: str, http_port: int = 0, grpc_port: int = 0
 def driver_for(target: str, state: Path, model: str, *, http_port: int = 0, grpc_port: int = 0,
                unit_port_base: int = 0, kubernetes: KubernetesOptions | None = None,
                on_engine_death: EngineDeathPolicy | None = None) -> Driver:
-    """The target's driver; `on_engine_death` (None: the target's default, restart locally, exit on Kubernetes)
-    is what the units it starts do when a vLLM engine dies."""
+    """The target's driver. `on_engine_death` is what the local units it starts do when a vLLM engine dies (None:
+    restart); Kubernetes pods take `kubernetes.on_engine_death` (exit), as the dry run does."""
     if target == "local":
         return local_driver(state, model, http_port, grpc_port, unit_port_base, on_engine_death or DEFAULT_POLICY)
     from tritonpkg.deploy.drivers.kubernetes import KubernetesDriver
 
     k = kubernetes or KubernetesOptions()
     return KubernetesDriver.from_kubeconfig(namespace=k.namespace, gateway=k.gateway, toolkit_image=k.toolkit_image,
-                                            package_store=k.package_store,
-                                            on_engine_death=on_engine_death or k.on_engine_death)
+                                            package_store=k.package_store, on_engine_death=k.on_engine_death)
 
 
 def check_target(release: Release, target: str, kubernetes: KubernetesOptions | None = None) -> None:
