@@ -19,4 +19,7 @@ if [ "${1:-}" = "--atheris" ]; then
   seconds=$(python3 -c "print(max(1, int(float('$minutes') * 60)))")
   exec .venv/bin/python -m tests.fuzz.atheris_spec -max_total_time="$seconds" -rss_limit_mb=2048 "$@"
 fi
+case " $* " in
+  *" --coverage "*) .venv/bin/python -c "import coverage" 2>/dev/null || .venv/bin/python -m pip install -q -e ".[fuzz]" ;;
+esac
 exec .venv/bin/python -m tests.fuzz.campaign "$@"
