@@ -61,16 +61,30 @@ def _engine_cores(stack, title: str = "VLLM::EngineCore") -> list:
             if p.cmdline() and p.cmdline()[0].startswith(title)]
 
 
-def _start(tmp_path, weights, policy: str):
+def _start(tmp_path, weights, policy: str, **engine_args):
     from tritonpkg.runtime import ensure_runtime
     from tritonpkg.serve import ServingStack, StartupOptions
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    repo = package_tiny_llm(tmp_path, weights)
+    repo = package_tiny_llm(tmp_path, weights, **engine_args)
     options = StartupOptions(source=repo, http_port=0, grpc_port=0, metrics_port=0, openai_port=0, openai=True,
                              execution_mode="embedded", state_dir=tmp_path / "state", on_engine_death=policy,
-                             startup_timeout=600, log_path=tmp_path / "tritonserver.log")
+                             startup_timeout=600, drain_timeout=DRAIN_S, log_path=tmp_path / "tritonserver.log")
     return ServingStack(options, runtime=ensure_runtime()).start()
+
+
+def _long_context_stack(tmp_path, policy: str = "restart"):
+    """A 4096-token context: the drain test's long stream cannot end within the drain however fast this host is."""
+    return _start(tmp_path, make_tiny_llm(tmp_path / "weights", context=4096), policy, max_model_len=4096)
+
+
+@pytest.fixture(scope="module")
+def restart_stack(tmp_path_factory):
+    """The restart policy's stack; the first stop test stops it once its engine has been restarted (one engine
+    start fewer for the suite), and any stack still running is stopped here."""
+    stack = _long_context_stack(tmp_path_factory.mktemp("restart-stack"))
+    yield stack
+    stack.stop()
 
 
 def _readiness(stack, grpc_client) -> dict[str, bool]:
@@ -127,48 +141,22 @@ def _ready_again(stack, client, after: int) -> float:
     return restarted[-1].seconds
 
 
-def test_restart_policy_readiness_false_within_2s_then_ready_again(tmp_path, tiny_llm_weights):
+def test_restart_policy_readiness_false_within_2s_then_ready_again(restart_stack):
     """The EngineCore killed: readiness falls on every endpoint, the model is loaded again and answers."""
     import tritonclient.grpc as grpcclient
 
-    stack = _start(tmp_path, tiny_llm_weights, "restart")
-    try:
-        client = grpcclient.InferenceServerClient(stack.server.grpc_url)
-        assert _generate(stack)[0] == 200
-        lag = _kill_and_measure(stack, client)
-        lags = {k: round(v, 2) for k, v in lag.items()}
-        print(f"\nreadiness lag after SIGKILL of EngineCore (s): {json.dumps(lags)}")
-        assert set(lag) == {"model_ready", "server_ready", "grpc_model_ready", "openai_ready", "engine_alive_gauge"}
-        assert max(lag.values()) <= BAR_S, lag
-        code, body = _status(f"{stack.frontend.url}/health/ready")
-        assert code == 503 and MODEL in body, body
-        print(f"restart: ready again {_ready_again(stack, client, 0):.1f} s after the kill")
-        assert _generate(stack)[0] == 200
-    finally:
-        stack.stop()
-
-
-def test_exit_policy_reports_the_death_and_leaves_nothing_running(tmp_path, tiny_llm_weights):
-    """The CPU worker process killed apart from its EngineCore: seen as a death, and `exit` ends the stack."""
-    import tritonclient.grpc as grpcclient
-
-    stack = _start(tmp_path, tiny_llm_weights, "exit")
-    pgid = stack.server.pgid
-    try:
-        client = grpcclient.InferenceServerClient(stack.server.grpc_url)
-        assert _engine_cores(stack, "VLLM::Worker"), "vLLM CPU runs its worker apart from EngineCore"
-        lag = _kill_and_measure(stack, client, "VLLM::Worker")  # the worker alone: the other way an engine dies
-        print(f"readiness lag after SIGKILL of the Worker (s): {json.dumps({k: round(v, 2) for k, v in lag.items()})}")
-        assert set(lag) == {"model_ready", "server_ready", "grpc_model_ready", "openai_ready", "engine_alive_gauge"}
-        assert max(lag.values()) <= BAR_S, lag
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and stack.problem() is None:
-            time.sleep(0.1)
-        problem = stack.problem()
-        assert problem is not None and "engine died" in problem and MODEL in problem and "\n" not in problem, problem
-    finally:
-        stack.stop()
-    assert group_pids(pgid) == []
+    stack = restart_stack
+    client = grpcclient.InferenceServerClient(stack.server.grpc_url)
+    assert _generate(stack)[0] == 200
+    lag = _kill_and_measure(stack, client)
+    lags = {k: round(v, 2) for k, v in lag.items()}
+    print(f"\nreadiness lag after SIGKILL of EngineCore (s): {json.dumps(lags)}")
+    assert set(lag) == {"model_ready", "server_ready", "grpc_model_ready", "openai_ready", "engine_alive_gauge"}
+    assert max(lag.values()) <= BAR_S, lag
+    code, body = _status(f"{stack.frontend.url}/health/ready")
+    assert code == 503 and MODEL in body, body
+    print(f"restart: ready again {_ready_again(stack, client, 0):.1f} s after the kill")
+    assert _generate(stack)[0] == 200
 
 
 def _http_stream(stack, max_tokens: int, out: dict) -> None:
@@ -225,21 +213,20 @@ def _grpc_stream(stack, max_tokens: int, out: dict) -> None:
 
 
 @pytest.mark.parametrize("rep", range(DRAIN_REPS))
-def test_sigterm_drains_streams_refuses_new_ones_and_cuts_at_the_drain_timeout(tmp_path, rep):
-    """TRITONPKG_TEST_DRAIN_REPS=10 runs issue 44's ten stops.
+def test_sigterm_drains_streams_refuses_new_ones_and_cuts_at_the_drain_timeout(tmp_path, rep, request):
+    """TRITONPKG_TEST_DRAIN_REPS=10 runs issue 44's ten stops (the first on the restart test's stack, after its
+    engine was restarted; each other on a stack of its own).
     A stop with a 2 s drain while an HTTP stream that ends within it and a gRPC stream that cannot run:
     readiness false at once, a new request refused, the short stream whole with no error, the long one
     ended by a final error naming the drain timeout (never "engine died"), and a clean exit."""
-    from tritonpkg.runtime import ensure_runtime
-    from tritonpkg.serve import ServingStack, StartupOptions
+    import tritonclient.grpc as grpcclient
 
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    # a 4096-token context: the long stream cannot end within the drain however fast this host is
-    repo = package_tiny_llm(tmp_path, make_tiny_llm(tmp_path / "weights", context=4096), max_model_len=4096)
-    options = StartupOptions(source=repo, http_port=0, grpc_port=0, metrics_port=0, openai=False,
-                             state_dir=tmp_path / "state", startup_timeout=600, drain_timeout=DRAIN_S,
-                             log_path=tmp_path / "tritonserver.log")
-    stack = ServingStack(options, runtime=ensure_runtime()).start()
+    if rep == 0:
+        stack = request.getfixturevalue("restart_stack")
+    else:
+        stack = _long_context_stack(tmp_path)
+        request.addfinalizer(stack.stop)  # a stopped stack's stop does nothing
+    assert all(_readiness(stack, grpcclient.InferenceServerClient(stack.server.grpc_url)).values())
     pgid, http = stack.server.pgid, stack.server.http_url
     short: dict = {}
     long: dict = {}
@@ -267,4 +254,27 @@ def test_sigterm_drains_streams_refuses_new_ones_and_cuts_at_the_drain_timeout(t
         long["error"], len(long["events"]), long["ended"] - began)
     assert long["ended"] - began < DRAIN_S + 3, long["ended"] - began
     assert stack.stop_problem is None, stack.stop_problem
+    assert group_pids(pgid) == []
+
+
+def test_exit_policy_reports_the_death_and_leaves_nothing_running(tmp_path, tiny_llm_weights):
+    """The CPU worker process killed apart from its EngineCore: seen as a death, and `exit` ends the stack."""
+    import tritonclient.grpc as grpcclient
+
+    stack = _start(tmp_path, tiny_llm_weights, "exit")
+    pgid = stack.server.pgid
+    try:
+        client = grpcclient.InferenceServerClient(stack.server.grpc_url)
+        assert _engine_cores(stack, "VLLM::Worker"), "vLLM CPU runs its worker apart from EngineCore"
+        lag = _kill_and_measure(stack, client, "VLLM::Worker")  # the worker alone: the other way an engine dies
+        print(f"readiness lag after SIGKILL of the Worker (s): {json.dumps({k: round(v, 2) for k, v in lag.items()})}")
+        assert set(lag) == {"model_ready", "server_ready", "grpc_model_ready", "openai_ready", "engine_alive_gauge"}
+        assert max(lag.values()) <= BAR_S, lag
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and stack.problem() is None:
+            time.sleep(0.1)
+        problem = stack.problem()
+        assert problem is not None and "engine died" in problem and MODEL in problem and "\n" not in problem, problem
+    finally:
+        stack.stop()
     assert group_pids(pgid) == []
