@@ -34,20 +34,4 @@ if [ "$#" -eq 0 ]; then
   export TRITONPKG_SKIP_GUARD=1
 fi
 # The slowest tests are listed at the end, so a run shows where the suite's minutes go.
-PYTEST=(.venv/bin/python -m pytest -q -p no:cacheprovider)
-[ "$#" -eq 0 ] || exec "${PYTEST[@]}" --durations=25 "$@"
-# The whole suite in two pytest processes at once: the integration tests spend most of their time waiting on
-# servers and engines (about one core of two), and the unit, security and fuzz tests (minutes of one core,
-# no engine) fill the other. Each process has its own skip guard; the side's output follows the main one's.
-side_log=$(mktemp)
-"${PYTEST[@]}" --durations=10 tests --ignore=tests/integration >"$side_log" 2>&1 &
-side=$!
-trap 'kill "$side" 2>/dev/null || true; rm -f "$side_log"' EXIT
-main_rc=0
-"${PYTEST[@]}" --durations=25 tests/integration || main_rc=$?
-side_rc=0
-wait "$side" || side_rc=$?
-echo "=== every test outside tests/integration (run beside them) ==="
-cat "$side_log"
-echo "tests/integration: exit $main_rc; the others: exit $side_rc"
-[ "$main_rc" -eq 0 ] && [ "$side_rc" -eq 0 ]
+exec .venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 "$@"
