@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from tritonpkg import compat, safepath
 from tritonpkg.deploy.driver import AdapterRollouts, Driver, Endpoints, Entry, OnStarted
 from tritonpkg.deploy.drivers import package_store as store_mod
+from tritonpkg.deploy.drivers.kubernetes_pods import Pods, ReleaseArchives
 from tritonpkg.deploy.drivers.package_store import ArchiveRef
 from tritonpkg.deploy.plan import Plan, Unit
 from tritonpkg.errors import TritonpkgError
@@ -339,7 +340,8 @@ class KubernetesDriver:
         self.alias_unit: str | None = None
         self.proxy: dict[str, Any] = {}
         self.adapter_ack_timeout = ADAPTER_ACK_S
-        self._archives: dict[Path, followed.ArchiveLocation] = {}  # repository -> its archive, once per command
+        self.pods = Pods(core, namespace)
+        self.archives = ReleaseArchives(package_store, self.upload)
 
     @classmethod
     def from_kubeconfig(cls, **kw: Any) -> KubernetesDriver:
@@ -530,7 +532,7 @@ class KubernetesDriver:
         if not ep.name or not ep.adapter_list:
             raise TritonpkgError(f"{ep.name or 'the unit'} records no adapter list (deployed before its pods followed "
                                  "one)", field="strategy", expected="--strategy red-black once")
-        located = {name: self._location(model, name, value) for name, value in listing.items()}
+        located = {name: self.archives.location(model, name, value) for name, value in listing.items()}
         data = followed.render(located)
         body = adapter_list_manifest(model, ep.name, data, self.namespace)
         validate([body])
@@ -556,68 +558,22 @@ class KubernetesDriver:
         params = request.get("sampling_parameters") or {}
         params = json.loads(params) if isinstance(params, str) else dict(params)
         request["sampling_parameters"] = json.dumps({**params, "lora_name": name})
-        pods = self._ready_pods(ep.name or "")
+        pods = self.pods.ready(ep.name or "")
         if not pods:
             raise TritonpkgError(f"{ep.name}: no ready pod", field="adapter_check")
         for pod in pods:
-            status, text = self._proxy("POST", pod, HTTP, f"v2/models/{model}/generate", request)
+            status, text = self.pods.request("POST", pod, HTTP, f"v2/models/{model}/generate", request)
             if status != 200:
                 raise TritonpkgError(f"adapter {name} on pod {pod}: HTTP {status}: {text[:300]}", field="adapter_check")
         return f"{name} answered on {len(pods)} pod(s) ({', '.join(pods)})"
 
-    def _location(self, model: str, name: str, value: str) -> followed.Location:
-        """A list entry as the pods fetch it: an archive location or a remote source as given, or an adapter folder
-        of a packaged repository (`<repository>/<model>/<N>/adapters/<name>`) as the location in its archive."""
-        if "://" in value:
-            return followed.parse_location(name, value)
-        folder = Path(value)
-        field = f"adapters.{name}"
-        if not folder.is_absolute() or len(folder.parts) < 5 or folder.parts[-2] != "adapters" \
-                or folder.parts[-4] != model or not folder.parts[-3].isdigit():
-            raise TritonpkgError(f"{value!r} is not an adapter folder of a packaged release", field=field,
-                                 expected=followed.EXPECTED)
-        repository = folder.parents[3]
-        inside = folder.relative_to(repository).as_posix()
-        if not (repository / "tritonpkg.lock.json").is_file() or not folder.is_dir() \
-                or not safepath.within(folder, repository):
-            raise TritonpkgError(f"{value!r} is not an adapter folder of a packaged release", field=field,
-                                 expected=followed.EXPECTED)
-        archive = self._archives.get(repository) or self._put_archive(model, int(folder.parts[-3]), repository)
-        return followed.ArchiveLocation(url=archive.url, file=archive.file, sha256=archive.sha256,
-                                        path=safepath.check_name(inside, source=value, what=field))
-
-    def _put_archive(self, model: str, version: int, repository: Path) -> followed.ArchiveLocation:
-        """The packaged release's archive (its files and lock) in the store; the location of its repository."""
-        from tritonpkg.deploy.release import Release
-
-        store = store_mod.check_store(self.package_store)
-        release = Release(model=model, version=version, repository=repository)
-        with tempfile.TemporaryDirectory(prefix="tritonpkg-archive-") as scratch:
-            path = Path(scratch) / "package.tar.gz"
-            ref = store_mod.archive_ref(store, model, version, store_mod.write_archive(release, path))
-            self.upload(path, ref)
-        self._archives[repository] = followed.ArchiveLocation(url=ref.url, file=ref.file, sha256=ref.sha256, path="")
-        return self._archives[repository]
-
-    def _ready_pods(self, unit: str) -> list[str]:
-        """The unit's pods that are Ready and not terminating, by name."""
-        pods = self.core.list_namespaced_pod(namespace=self.namespace, label_selector=f"tritonpkg.io/unit={unit}")
-        ready = []
-        for pod in pods.items:
-            if pod.metadata.deletion_timestamp is not None:
-                continue
-            conditions = (pod.status.conditions or []) if pod.status else []
-            if any(c.type == "Ready" and c.status == "True" for c in conditions):
-                ready.append(pod.metadata.name)
-        return sorted(ready)
-
     def _not_serving(self, unit: str, want: str) -> list[str]:
         """Why each ready pod does not serve the list `want` yet ([]: all do, and there is one at least); a pod that
         failed it fails now."""
-        pods = self._ready_pods(unit)
+        pods = self.pods.ready(unit)
         waiting = [] if pods else [f"no ready pod of {unit}"]
         for pod in pods:
-            status, text = self._proxy("GET", pod, OPENAI, "health/adapters")
+            status, text = self.pods.request("GET", pod, OPENAI, "health/adapters")
             try:
                 state = json.loads(text) if status == 200 else None
             except ValueError:
@@ -631,31 +587,6 @@ class KubernetesDriver:
             else:
                 waiting.append(f"{pod}: serving {str(state.get('applied_sha256'))[:12]}")
         return waiting
-
-    def _proxy(self, method: str, pod: str, port: int, path: str,
-               body: dict[str, Any] | None = None) -> tuple[int, str]:
-        """A request to a pod's port through the API server (`pods/<pod>:<port>/proxy/<path>`), sent by the official
-        client's ApiClient (its connect_*_proxy methods take no request body); (status, text). The client's two
-        generations differ here: `param_serialize` + `call_api` (which answers any status), or the older
-        `call_api(resource_path, method, ...)` (which raises ApiException for a status outside 2xx)."""
-        api = self.core.api_client
-        resource = f"/api/v1/namespaces/{self.namespace}/pods/{pod}:{port}/proxy/{path}"
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        try:
-            if hasattr(api, "param_serialize"):
-                _, url, headers, data, _ = api.param_serialize(method, resource, header_params=headers, body=body,
-                                                               auth_settings=["BearerToken"])
-                resp = api.call_api(method, url, header_params=headers, body=data, _request_timeout=120)
-                resp.read()
-                return int(resp.status), bytes(resp.data).decode(errors="replace")
-            resp = api.call_api(resource, method, header_params=headers, body=body, auth_settings=["BearerToken"],
-                                _return_http_data_only=True, _preload_content=False, _request_timeout=120)
-        except Exception as exc:
-            status = getattr(exc, "status", None)
-            if not status:  # no answer from the API server at all
-                raise
-            return int(status), str(getattr(exc, "body", "") or exc)
-        return 200, bytes(resp.data).decode(errors="replace")
 
     def _unit_of(self, ep: Endpoints) -> str:
         return ep.name or ""
