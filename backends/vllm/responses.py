@@ -60,18 +60,27 @@ class ResponseQueue:
 
     # -- the sending thread ----------------------------------------------------------------------
     def _send_loop(self) -> None:
-        while True:
-            batch = [self._queue.get()]
-            while batch[-1] is not None:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            items = [item for item in batch if item is not None]
-            for item in coalesce(items) if self.merge else items:
-                self._send_item(item)
-            if batch[-1] is None:
-                return
+        while self._send_batch(self._take_batch()):
+            pass
+
+    def _take_batch(self) -> list:
+        """What is queued: blocks for the first item, then takes what queued behind it."""
+        batch = [self._queue.get()]
+        while batch[-1] is not None:
+            try:
+                batch.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        return batch
+
+    def _send_batch(self, batch: list) -> bool:
+        """Send one batch; False at the close sentinel. Its own frame, so nothing of the batch outlives it while the
+        loop waits: Triton frees a request's response factory, which holds the model, only once the stub's
+        sender object is destroyed."""
+        items = [item for item in batch if item is not None]
+        for item in coalesce(items) if self.merge else items:
+            self._send_item(item)
+        return batch[-1] is not None
 
     def _send_item(self, item: Any) -> None:
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
