@@ -552,7 +552,10 @@ def test_the_driver_refuses_a_list_entry_that_is_no_packaged_adapter_folder(tmp_
 
     ep = Endpoints.of(ex.store.endpoints("m", "m-blue"))
     (tmp_path / "loose" / "m" / "2" / "adapters" / "x").mkdir(parents=True)  # no lock: not a packaged release
-    for bad in (str(tmp_path / "loose" / "m" / "2" / "adapters" / "x"), "./adapters/x", "/etc/passwd"):
+    escape = tmp_path / "lora1" / "m" / "1" / "adapters" / "escape"  # inside a packaged release, a link out of it
+    escape.symlink_to(tmp_path / "loose" / "m" / "2" / "adapters" / "x", target_is_directory=True)
+    for bad in (str(tmp_path / "loose" / "m" / "2" / "adapters" / "x"), "./adapters/x", "/etc/passwd", str(escape),
+                str(tmp_path / "lora1" / "m" / "1" / "adapters" / ".." / ".." / ".." / "loose")):
         with pytest.raises(TritonpkgError, match="not an adapter folder of a packaged release") as exc:
             ex.driver.adapters("m", 1, ep, {"x": bad})
         assert exc.value.field == "adapters.x"
