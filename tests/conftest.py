@@ -5,13 +5,14 @@ tests/support/."""
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.support import skip_guard
+from tests.support import schedule, skip_guard
 from tests.support.validate_repos import FIXTURE_BACKENDS
 from tritonpkg.devtools.s3 import MotoS3
 
@@ -76,12 +77,48 @@ def s3_env(s3_server: MotoS3, monkeypatch: pytest.MonkeyPatch) -> MotoS3:
     return s3_server
 
 
+_GROUPS = pytest.StashKey[Path | None]()
+
+
+def _workers_share(config: pytest.Config) -> bool:
+    """This process runs or controls a `--dist loadgroup` run (tests/support/schedule.py)."""
+    return bool(getattr(config.option, "loadgroup", False)) or getattr(config.option, "dist", "no") == "loadgroup"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _workers_share(config) and "PYTEST_XDIST_WORKER" not in os.environ:
+        config.stash[_GROUPS] = schedule.prepare_controller()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if (folder := config.stash.get(_GROUPS, None)) is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker of a `--dist loadgroup` run: one group per module or shared server, longest first."""
+    if _workers_share(config) and "PYTEST_XDIST_WORKER" in os.environ:
+        schedule.publish(items, config.rootpath)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    return schedule.GroupScheduling(config, log) if _workers_share(config) else None
+
+
 _GUARD = skip_guard.SkipGuard(skip_guard.load_allowed()) if skip_guard.enabled() else None
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     if _GUARD is not None:
         _GUARD.collected.update(item.nodeid for item in session.items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: object, ids: list[str]) -> None:
+    """An xdist controller collects nothing itself: its workers' collections stand for it."""
+    if _GUARD is not None:
+        _GUARD.collected.update(ids)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

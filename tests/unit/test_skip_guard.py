@@ -30,12 +30,13 @@ def test_guard_reports_unlisted_skips_and_stale_entries() -> None:
     assert stale.violations() == [f"tests/a.py::gone: listed in {name} but matches no collected test"]
 
 
-def _run(tmp_path: Path, body: str, guard: bool) -> subprocess.CompletedProcess[str]:
+def _run(tmp_path: Path, body: str, guard: bool, *args: str) -> subprocess.CompletedProcess[str]:
     test = ROOT / "tests" / "unit" / f"_skip_guard_probe_{os.getpid()}.py"
     test.write_text(body)
     try:
-        env = {**os.environ, skip_guard.ENV: "1" if guard else "0"}
-        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test)],
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}  # this run's own workers
+        env[skip_guard.ENV] = "1" if guard else "0"
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, str(test)],
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
     finally:
         test.unlink()
@@ -49,3 +50,13 @@ def test_a_real_run_with_a_skip_fails_only_under_the_guard(tmp_path: Path) -> No
     assert guarded.returncode == 1, guarded.stdout
     assert "skip guard" in guarded.stdout
     assert "test_needs_a_part: skipped" in guarded.stdout
+
+
+def test_the_guard_holds_when_workers_run_the_tests(tmp_path: Path) -> None:
+    """scripts/test.sh runs the suite on xdist workers: the skip happens in a worker, the verdict is the
+    controller's."""
+    body = ("import pytest\n\ndef test_needs_a_part():\n    pytest.importorskip('no_such_module_here')\n\n"
+            "def test_runs():\n    pass\n")
+    guarded = _run(tmp_path, body, True, "-n", "2", "--dist", "loadgroup")
+    assert guarded.returncode == 1, guarded.stdout
+    assert "test_needs_a_part" in guarded.stdout and "skipped" in guarded.stdout, guarded.stdout
