@@ -36,7 +36,8 @@ from tests.support.procs import group_pids
 from tritonpkg.deploy.drivers import haproxy
 from tritonpkg.proc import rest
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# alone: its readiness bar (2 s) is not measured beside another module (tests/support/schedule.py)
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.alone]
 
 EXAMPLE = EXAMPLES / "tiny-llm" / "tritonpkg.yaml"
 MODEL = "tiny_llm"

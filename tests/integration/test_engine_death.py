@@ -21,7 +21,8 @@ import pytest
 from tests.support.procs import group_pids
 from tests.support.repositories import make_tiny_llm, package_tiny_llm
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# alone: its readiness bar (2 s) is not measured beside another module (tests/support/schedule.py)
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.alone]
 
 MODEL = "tiny_llm"
 BAR_S = 2.0

@@ -8,7 +8,10 @@ Two workers use the second core that engine starts, stops and health polls leave
   one group and run on one worker, so each of those servers starts once in the run;
 - the groups go out longest first, so no worker is left with a long module at the end while the other
   sits idle. The lengths are measured module times on a 2-core machine (`--durations=0`, summed per
-  module); they only order the work: a wrong or missing one costs balance, never a test.
+  module); they only order the work: a wrong or missing one costs balance, never a test;
+- a module marked `alone` (it holds a time bound of the product, e.g. readiness within 2 s of an engine's
+  death, that a neighbour's engine start on the other core would blur) runs after every other group, on
+  one worker, with the other workers finished: the run ends serially.
 
 The workers know the groups (they collect; the controller does not), so each writes its node id -> group
 table to a folder the controller names, and the controller's scheduler reads it. (xdist's own
@@ -23,11 +26,14 @@ from pathlib import Path
 
 import pytest
 from xdist.scheduler import LoadScopeScheduling
+from xdist.workermanage import WorkerController
 
 ENV = "TRITONPKG_TEST_GROUPS"
 """The folder where the workers publish their tables, set by the controller for the workers it starts."""
 
 SESSION_SERVERS = ("vllm_server", "python_server", "corpus_outcomes")
+ALONE = "alone:"
+"""The group-name prefix of a module marked `alone`."""
 """Session fixtures too costly to start once per worker: their users form one group."""
 
 SECONDS: dict[str, float] = {
@@ -44,14 +50,18 @@ INTEGRATION_S = 20.0
 
 
 def group_of(item: pytest.Item, root: Path) -> str:
+    module = item.path.relative_to(root).as_posix()
+    if item.get_closest_marker("alone") is not None:
+        return ALONE + module
     used = set(getattr(item, "fixturenames", ()))
     for name in SESSION_SERVERS:
         if name in used:
             return name
-    return item.path.relative_to(root).as_posix()
+    return module
 
 
 def weight(group: str) -> float:
+    group = group.removeprefix(ALONE)
     if group in SECONDS:
         return SECONDS[group]
     return INTEGRATION_S if group.startswith("tests/integration/") else 0.0
@@ -63,7 +73,8 @@ def order(items: list[pytest.Item], root: Path) -> dict[str, str]:
     first_seen: dict[str, int] = {}
     for index, item in enumerate(items):
         first_seen.setdefault(groups[item.nodeid], index)
-    items.sort(key=lambda item: (-weight(groups[item.nodeid]), first_seen[groups[item.nodeid]]))
+    items.sort(key=lambda item: (groups[item.nodeid].startswith(ALONE), -weight(groups[item.nodeid]),
+                                 first_seen[groups[item.nodeid]]))
     return groups
 
 
@@ -90,11 +101,33 @@ def publish(items: list[pytest.Item], root: Path) -> None:
 
 
 class GroupScheduling(LoadScopeScheduling):
-    """xdist's scope scheduling with the published groups as the scopes (a module path where none is)."""
+    """xdist's scope scheduling with the published groups as the scopes (a module path where none is), and the
+    `alone` groups (queued last) held back until one worker is left: the first worker to reach them runs them
+    all, each other worker is told to finish what it has and stop, and the first `alone` group goes out once
+    those have. (A worker holds its last test until it gets the next or is stopped, so waiting for idle workers
+    without stopping them would wait forever.)"""
 
     def __init__(self, config: pytest.Config, log: object = None) -> None:
         super().__init__(config, log)  # type: ignore[arg-type]
         self._groups: dict[str, str] | None = None
+        self._solo: WorkerController | None = None
+
+    def _assign_work_unit(self, node: WorkerController) -> None:
+        if not next(iter(self.workqueue)).startswith(ALONE):
+            super()._assign_work_unit(node)
+            return
+        if self._solo is None:
+            self._solo = node
+        if node is not self._solo:
+            node.shutdown()
+        elif not any(self._pending_of(work) for other, work in self.assigned_work.items() if other is not node):
+            super()._assign_work_unit(node)
+
+    def mark_test_complete(self, node: WorkerController, item_index: int, duration: float = 0) -> None:
+        super().mark_test_complete(node, item_index, duration)
+        solo = self._solo
+        if solo is not None and solo is not node and self.workqueue:
+            self._reschedule(solo)  # the others' last tests are done: the alone groups may start
 
     def _split_scope(self, nodeid: str) -> str:
         if self._groups is None:

@@ -3,6 +3,7 @@ worker, and the modules that read one session server run on the same worker, so 
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -11,30 +12,36 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = '''
+import itertools
 import os
+import time
 from pathlib import Path
 
 import pytest
 
 LOG = Path({log!r})
-
+{mark}
 
 {fixture}
 @pytest.mark.parametrize("n", range(6))
 def test_probe({arg}n):
+    began = time.monotonic()
+    time.sleep(0.05)
     with LOG.open("a") as f:
-        f.write(f"{{__name__}} {{os.environ['PYTEST_XDIST_WORKER']}}\\n")
+        f.write(f"{{__name__}} {{os.environ['PYTEST_XDIST_WORKER']}} {{began}} {{time.monotonic()}}\\n")
 '''
 SERVER = "@pytest.fixture(scope='module')\ndef vllm_server():\n    return None\n"
 
 
-def test_modules_stay_whole_and_a_shared_server_s_users_share_a_worker(tmp_path: Path) -> None:
+def _run(tmp_path: Path, modules: dict[str, str]) -> list[tuple[str, str, float, float]]:
+    """Run probe modules (name -> "shared", "alone" or "") on two workers; (module, worker, began, ended) per test."""
     log = tmp_path / "workers.log"
     probes = []
-    for name, shared in (("a", True), ("b", True), ("c", False), ("d", False)):
+    for name, kind in modules.items():
         path = ROOT / "tests" / "unit" / f"_schedule_probe_{os.getpid()}_{name}.py"
-        path.write_text(PROBE.format(log=str(log), fixture=SERVER if shared else "",
-                                     arg="vllm_server, " if shared else ""))
+        path.write_text(PROBE.format(log=str(log), fixture=SERVER if kind == "shared" else "",
+                                     arg="vllm_server, " if kind == "shared" else "",
+                                     mark="pytestmark = pytest.mark.alone" if kind == "alone" else ""))
         probes.append(path)
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "TRITONPKG_TEST_GROUPS"))}
@@ -45,10 +52,39 @@ def test_modules_stay_whole_and_a_shared_server_s_users_share_a_worker(tmp_path:
         for path in probes:
             path.unlink()
     assert run.returncode == 0, run.stdout + run.stderr
-    seen: dict[str, set[str]] = {}
+    rows = []
     for line in log.read_text().splitlines():
-        module, worker = line.split()
-        seen.setdefault(module[-1], set()).add(worker)
+        module, worker, began, ended = line.split()
+        rows.append((module[-1], worker, float(began), float(ended)))
+    return rows
+
+
+def _workers(rows: list[tuple[str, str, float, float]]) -> dict[str, set[str]]:
+    seen: dict[str, set[str]] = {}
+    for module, worker, _, _ in rows:
+        seen.setdefault(module, set()).add(worker)
+    return seen
+
+
+def test_modules_stay_whole_and_a_shared_server_s_users_share_a_worker(tmp_path: Path) -> None:
+    seen = _workers(_run(tmp_path, {"a": "shared", "b": "shared", "c": "", "d": ""}))
     assert all(len(workers) == 1 for workers in seen.values()), seen
     assert seen["a"] == seen["b"], seen
     assert len(seen) == 4 and len(set().union(*seen.values())) == 2, seen  # both workers had work
+
+
+def test_alone_modules_run_last_with_nothing_beside_them(tmp_path: Path) -> None:
+    rows = _run(tmp_path, {"a": "shared", "b": "", "c": "", "e": "alone", "f": "alone"})
+    seen = _workers(rows)
+    assert all(len(workers) == 1 for workers in seen.values()), seen
+    assert len(set().union(*seen.values())) == 2, seen  # the others still ran on two workers
+    alone = [r for r in rows if r[0] in "ef"]
+    others = [r for r in rows if r[0] not in "ef"]
+    assert len(alone) == 12 and len(others) == 18, rows
+    assert min(r[2] for r in alone) >= max(r[3] for r in others), rows  # every other test had ended
+
+
+def test_alone_modules_alone_in_a_run_do_not_overlap(tmp_path: Path) -> None:
+    rows = sorted(_run(tmp_path, {"e": "alone", "f": "alone"}), key=lambda r: r[2])
+    assert len(rows) == 12, rows
+    assert all(nxt[2] >= cur[3] for cur, nxt in itertools.pairwise(rows)), rows  # one test at a time
