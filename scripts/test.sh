@@ -32,10 +32,9 @@ if [ "$#" -eq 0 ]; then
   export TRITONPKG_LANES=1
   # A whole-suite run fails when a test that must run on these machines was skipped (tests/allowed_skips.txt).
   export TRITONPKG_SKIP_GUARD=1
-  # TRITONPKG_TEST_WORKERS=N: N pytest-xdist workers, each module (and each shared server's users) whole on one
-  # worker, longest first (tests/support/schedule.py). Off by default: under two workers the engine-death
-  # readiness bar (2 s) was missed once (2.95 s), see docs/testing.md.
-  workers="${TRITONPKG_TEST_WORKERS:-0}"
+  # Two pytest-xdist workers: each module (and each shared server's users) whole on one worker, longest first, the
+  # modules marked `alone` last with nothing beside them (tests/support/schedule.py). TRITONPKG_TEST_WORKERS=0: serial.
+  workers="${TRITONPKG_TEST_WORKERS:-2}"
   if [ "$workers" != "0" ]; then set -- -n "$workers" --dist loadgroup --no-loadscope-reorder; fi
 fi
 # The slowest tests are listed at the end, so a run shows where the suite's minutes go.
