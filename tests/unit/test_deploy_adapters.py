@@ -128,3 +128,20 @@ def test_a_failed_canary_writes_the_live_list_back(tmp_path, live_unit):
     calls = [c for c in driver.calls if not c.startswith("sync")]
     assert calls == ["adapters bot-blue v1 ['a', 'a@2']", "adapter_check bot-blue a@2", "adapters bot-blue v1 ['a']"]
     assert "adapter_release" not in store.endpoints(MODEL, "bot-blue")
+
+
+def test_a_unit_is_a_candidate_only_where_its_served_list_is_known_and_followed(tmp_path, live_unit):
+    """Replicas with a list of their own each are no candidate (nothing read, nothing said); kubernetes: every pod
+    follows the list its driver recorded, so the replica count does not matter, and without one it is no
+    candidate."""
+    store, repo = live_unit
+    release = release_from(spec(tmp_path, 2, {"a": adapter(tmp_path / "a2", 2)}), tmp_path / "work")
+    store.update_unit(MODEL, "bot-blue", replicas=2)
+    plan = plan_release(store, release, adapter_rollouts=True)
+    assert plan.strategy == "red-black" and "not an adapter rollout" not in plan.reason
+    followed = {"repository": str(repo), "adapter_list": "bot-blue-adapters", "adapters": {"a": "s3://x/a"}}
+    store.update_unit(MODEL, "bot-blue", endpoints=followed)
+    plan = plan_release(store, release, adapter_rollouts=True)
+    assert plan.strategy == "adapters" and plan.rollback[0].adapters == {"a": "s3://x/a"}
+    store.update_unit(MODEL, "bot-blue", endpoints={**followed, "adapters": None})
+    assert plan_release(store, release, adapter_rollouts=True).strategy == "red-black"

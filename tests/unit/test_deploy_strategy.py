@@ -1,4 +1,6 @@
-"""The strategy choice as plain values in, a plan out: no state file, no repository, no process."""
+"""The strategy choice as plain values in, a plan out: no state file, no repository, no process. What the
+executor finds (an adapter rollout, or why there is none; the breaking I/O changes) comes from `adapters.rollout`
+over plain files here."""
 
 from __future__ import annotations
 
@@ -7,14 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from tritonpkg.deploy.iodiff import Schema, Tensor
+from tritonpkg.deploy import adapters
+from tritonpkg.deploy.iodiff import Schema, Tensor, diff
 from tritonpkg.deploy.plan import LiveState, PlanError, Unit
 from tritonpkg.deploy.release import Release
-from tritonpkg.deploy.strategy import Observed, adapter_candidate, choose_plan
+from tritonpkg.deploy.strategy import choose_plan
 
 X = Tensor(name="X", data_type="TYPE_FP32", dims=[2])
 LIVE = LiveState(model="bot", units=[Unit(name="bot-blue", version=1, color="blue", weight=100, status="serving")])
-EP = {"repository": "/state/releases/v1", "serving_repository": "/state/units/bot-blue/repository"}
+SERVED = {"a": "/state/units/bot-blue/repository/bot/1/adapters/a"}
+EP = {"repository": "/state/releases/v1", "adapter_list": "bot-blue-adapters", "adapters": SERVED}
 
 
 def release(version: int = 2, strategy: str = "auto", inputs: list[Tensor] | None = None) -> Release:
@@ -29,64 +33,55 @@ def files(version: int, adapter: bytes, **args: object) -> dict[str, bytes]:
             v + "multi_lora.json": b'{"a": "./adapters/a"}', v + "adapters/a/adapter_model.bin": adapter}
 
 
-def seen(**kw: object) -> Observed:
-    base: dict[str, object] = {"serving_schema": Schema(model="bot", version=1, inputs=[X], outputs=[]).model_dump(),
-                               "endpoints": EP, "live_files": files(1, b"old"), "new_files": files(2, b"new"),
-                               "served": {"a": "/state/units/bot-blue/repository/bot/1/adapters/a"}}
-    return Observed(**{**base, **kw})  # type: ignore[arg-type]
+def rollout(version: int = 2, new: dict[str, bytes] | None = None) -> adapters.Lists | adapters.Refusal:
+    new_files = new if new is not None else files(version, b"new")
+    return adapters.rollout("bot-blue", 1, files(1, b"old"), EP, "bot", version, new_files,
+                            Path(f"/state/releases/new/bot/{version}"))
+
+
+def breaking(rel: Release) -> list[str]:
+    assert rel.schema_ is not None
+    return diff(Schema(model="bot", version=1, inputs=[X], outputs=[]), rel.schema_).reasons()
 
 
 def test_nothing_live_is_red_black_and_a_requested_strategy_is_taken() -> None:
     empty = LiveState(model="bot")
-    plan = choose_plan(release(1), empty, Observed(), adapter_rollouts=True, grace_s=30)
+    plan = choose_plan(release(1), empty, adapters.Refusal(why=["no live unit"], quiet=True), None, grace_s=30)
     assert (plan.strategy, plan.reason) == ("red-black", "auto: nothing live to compare with, red-black")
-    plan = choose_plan(release(2, "versioned"), LIVE, seen(), adapter_rollouts=True, grace_s=30)
+    plan = choose_plan(release(2, "versioned"), LIVE, None, None, grace_s=30)
     assert (plan.strategy, plan.reason) == ("versioned", "--strategy versioned")
 
 
 def test_auto_compares_the_io_with_the_serving_unit() -> None:
-    no_lora = seen(new_files={"bot/config.pbtxt": b'name: "bot"'})
-    plan = choose_plan(release(2), LIVE, no_lora, adapter_rollouts=True, grace_s=30)
+    no_lora = rollout(new={"bot/config.pbtxt": b'name: "bot"'})
+    assert isinstance(no_lora, adapters.Refusal) and no_lora.quiet
+    plan = choose_plan(release(2), LIVE, no_lora, breaking(release(2)), grace_s=30)
     assert (plan.strategy, plan.reason) == ("red-black", "auto: I/O compatible with the live version, red-black")
-    plan = choose_plan(release(2, inputs=[]), LIVE, no_lora, adapter_rollouts=True, grace_s=30)
+    plan = choose_plan(release(2, inputs=[]), LIVE, no_lora, breaking(release(2, inputs=[])), grace_s=30)
     assert plan.strategy == "versioned" and "input X: removed" in plan.reason
 
 
 def test_only_the_adapters_changed_is_an_adapter_rollout_into_the_live_engine() -> None:
-    plan = choose_plan(release(2), LIVE, seen(), adapter_rollouts=True, grace_s=12)
+    plan = choose_plan(release(2), LIVE, rollout(), breaking(release(2)), grace_s=12)
     assert plan.strategy == "adapters" and plan.reason.endswith("rolled into the live engine of bot-blue")
     loads = [s for s in plan.steps if s.kind == "adapters"]
-    assert loads[0].adapters == {"a": "/state/units/bot-blue/repository/bot/1/adapters/a",
-                                 "a@2": "/state/releases/new/bot/2/adapters/a"}
+    assert loads[0].adapters == {**SERVED, "a@2": "/state/releases/new/bot/2/adapters/a"}
     assert [s.wait_s for s in loads] == [0, 0, 12]
     assert [s.names for s in plan.steps if s.kind == "adapter_check"] == [["a@2"]]
+    assert plan.rollback[0].adapters == SERVED  # the served list written back
 
 
 def test_why_a_release_is_no_adapter_rollout() -> None:
-    other_args = seen(new_files=files(2, b"new", max_model_len=64))
-    plan = choose_plan(release(2), LIVE, other_args, adapter_rollouts=True, grace_s=30)
+    other_args = rollout(new=files(2, b"new", max_model_len=64))
+    plan = choose_plan(release(2), LIVE, other_args, [], grace_s=30)
     assert plan.strategy == "red-black" and "(not an adapter rollout: engine arguments differ: max_model_len)" \
         in plan.reason
-    plan = choose_plan(release(2), LIVE, seen(unreadable="disk gone", live_files=None), adapter_rollouts=True,
-                       grace_s=30)
-    assert "the releases cannot be compared: disk gone" in plan.reason
+    unreadable = adapters.Refusal(why=["the releases cannot be compared: disk gone"])
+    assert "the releases cannot be compared: disk gone" in choose_plan(release(2), LIVE, unreadable, [],
+                                                                      grace_s=30).reason
+    no_target = adapters.Refusal(why=["this target cannot change a running unit's adapters"], quiet=True)
     with pytest.raises(PlanError, match="this target cannot change a running unit's adapters"):
-        choose_plan(release(2, "adapters"), LIVE, seen(), adapter_rollouts=False, grace_s=30)
+        choose_plan(release(2, "adapters"), LIVE, no_target, None, grace_s=30)
+    assert choose_plan(release(2), LIVE, no_target, [], grace_s=30).reason.endswith("red-black")  # quiet
     with pytest.raises(PlanError, match="version 1 is not above the live adapters' 1"):
-        choose_plan(release(1, "adapters"), LIVE, seen(new_files=files(1, b"new")), adapter_rollouts=True, grace_s=30)
-    two = LiveState(model="bot", units=[LIVE.units[0].model_copy(update={"replicas": 2})])
-    assert adapter_candidate(release(2), two, True, EP) is None  # nothing to read: the choice needs no files
-    assert adapter_candidate(release(2), LIVE, True, EP) == Path(EP["serving_repository"]) / "bot" / "1"
-    assert choose_plan(release(2), two, seen(), adapter_rollouts=True, grace_s=30).reason.endswith("red-black")
-
-
-def test_a_unit_whose_pods_follow_a_recorded_list_is_a_candidate_at_any_replica_count() -> None:
-    """kubernetes: every pod of the unit follows the ConfigMap its driver writes, so the served list is the one the
-    driver recorded, and the replica count does not matter; a unit without a recorded list (its pods follow none)
-    is no candidate."""
-    two = LiveState(model="bot", units=[LIVE.units[0].model_copy(update={"replicas": 2})])
-    listing = {"a": "s3://store/bot/" + "ab" * 8 + "/bot-v1.tar.gz#sha256=" + "ab" * 32 + "&path=bot/1/adapters/a"}
-    followed = {"repository": "/state/releases/v1", "adapter_list": "bot-blue-adapters", "adapters": listing}
-    assert adapter_candidate(release(2), two, True, followed) == listing
-    assert adapter_candidate(release(2), two, True, {**followed, "adapters": None}) is None
-    assert adapter_candidate(release(2), two, False, followed) is None
+        choose_plan(release(1, "adapters"), LIVE, rollout(1, files(1, b"new")), None, grace_s=30)

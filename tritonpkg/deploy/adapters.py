@@ -5,7 +5,7 @@ What is compared is the packaged model, as files: config.pbtxt and every file of
 their list and the engine arguments the adapters set (max_loras, max_cpu_loras, max_lora_rank: a lower rank
 still fits the live engine, a higher one does not). An adapter's identity is its files' sha256 (one copied into
 the version) or its source URL (a remote one: a new revision is a new URL). The lists a rollout writes are
-computed here too; reading the files is the only effect, in `repository_files`."""
+computed here too; reading files is the only effect, in `repository_files` and `served_list`."""
 
 from __future__ import annotations
 
@@ -96,9 +96,11 @@ def only_adapters_changed(live: AdapterFacts, new: AdapterFacts) -> list[str]:
 
 
 class Lists(BaseModel):
-    """The three lists an adapter rollout writes, each a whole multi_lora.json (name -> absolute folder), and the
-    adapters the canary asks by name."""
+    """The three lists an adapter rollout writes into the live `unit`, each a whole multi_lora.json (name ->
+    absolute folder), the adapters the canary asks by name, and the list it served (written back on failure)."""
 
+    unit: str = ""
+    served: dict[str, str] = Field(default_factory=dict)
     load: dict[str, str]
     alias: dict[str, str]
     final: dict[str, str]
@@ -130,7 +132,8 @@ def rollout_lists(live: Mapping[str, str], live_ids: Mapping[str, str], new_fold
     canaries = [f"{n}@{version}" for n in changed]
     summary = (f"load {', '.join(canaries) or 'nothing'}; alias {', '.join(sorted(fresh)) or '-'}"
                + (f"; retire {', '.join(retired)}" if retired else ""))
-    return Lists(load=load, alias=alias, final=final, canaries=canaries, summary=summary, ids=dict(new_ids))
+    return Lists(served=dict(live), load=load, alias=alias, final=final, canaries=canaries, summary=summary,
+                 ids=dict(new_ids))
 
 
 class Refusal(BaseModel):
@@ -140,12 +143,12 @@ class Refusal(BaseModel):
     quiet: bool = False
 
 
-def rollout(live_version: int, live_files: Mapping[str, bytes], recorded: Mapping[str, Any], model: str,
-            version: int, new_files: Mapping[str, bytes], version_dir: Path,
-            served: Mapping[str, str] | None, served_error: Exception | None) -> Lists | Refusal:
+def rollout(unit: str, live_version: int, live_files: Mapping[str, bytes], recorded: Mapping[str, Any], model: str,
+            version: int, new_files: Mapping[str, bytes], version_dir: Path) -> Lists | Refusal:
     """The lists that roll release `version` of `model` (its files `new_files`, packaged in `version_dir`) into the
-    live unit (its packaged `live_files`, the adapters `recorded` by an earlier rollout, the list it `served`), or
-    why not. `served_error` (the served list could not be read) is raised only where the rollout needs the list."""
+    live `unit` (its packaged `live_files`, the facts `recorded` of it: the adapters of an earlier rollout, and where
+    its served list is: the list its driver recorded, or its own multi_lora.json), or why not. The served list is
+    read only once the rollout needs it."""
     try:
         live = facts(model, live_version, live_files)
         new = facts(model, version, new_files)
@@ -160,12 +163,14 @@ def rollout(live_version: int, live_files: Mapping[str, bytes], recorded: Mappin
         why.append(f"version {version} is not above the live adapters' {released}")
     if why:
         return Refusal(why=why)
-    if served_error is not None:
-        raise served_error
+    served = (dict(recorded["adapters"]) if recorded.get("adapter_list") else
+              served_list(Path(recorded["serving_repository"]) / model / str(live_version)))
     listing = _object(version_files.adapter_list, new_files.get(f"{model}/{version}/{MULTI_LORA}"))
     folders = {name: str(version_dir / loc.removeprefix("./")) if loc.startswith("./") else loc
                for name, loc in listing.items()}
-    return rollout_lists(dict(served or {}), live.adapters, folders, new.adapters, version)
+    lists = rollout_lists(served, live.adapters, folders, new.adapters, version)
+    lists.unit = unit
+    return lists
 
 
 def repository_files(repository: Path, model: str, version: int) -> dict[str, bytes]:

@@ -14,12 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tritonpkg.deploy import adapters as adapters_mod
 from tritonpkg.deploy import gate as gate_mod
-from tritonpkg.deploy import strategy
+from tritonpkg.deploy import iodiff, strategy
 from tritonpkg.deploy.checks import DeployError
 from tritonpkg.deploy.defaults import ADAPTER_GRACE_S
 from tritonpkg.deploy.driver import AdapterRollouts, Driver, Endpoints
 from tritonpkg.deploy.plan import (
-    LiveState,
     Plan,
     PlanError,
     Step,
@@ -29,7 +28,7 @@ from tritonpkg.deploy.plan import (
     plan_rollback,
 )
 from tritonpkg.deploy.release import Release, build
-from tritonpkg.deploy.state import StateStore
+from tritonpkg.deploy.state import Snapshot, StateStore
 from tritonpkg.errors import TritonpkgError
 
 
@@ -88,38 +87,50 @@ class Outcome(BaseModel):
 
 def plan_release(store: StateStore, release: Release, adapter_rollouts: bool = False,
                  adapter_grace_s: float = ADAPTER_GRACE_S) -> Plan:
-    """The plan `deploy` would run now against the state in `store` (strategy.choose_plan on what `observe` read:
-    the state, the live unit's files and the release's; a dry run needs no driver). `adapter_rollouts`: the
-    target can roll adapters into a running engine (auto then picks that for an adapter-only change)."""
-    live = store.live(release.model)
-    endpoints = {row["name"]: row["endpoints"] for row in store.units_table(release.model)}
-    seen = observe(release, live, endpoints, adapter_rollouts)
-    return strategy.choose_plan(release, live, seen, adapter_rollouts=adapter_rollouts, grace_s=adapter_grace_s)
+    """The plan `deploy` would run now against the state in `store` (a dry run needs no driver): the state read
+    once, the facts the choice needs found (the release's I/O against the serving unit's, and where an adapter
+    rollout is asked about, the rollout computed from the live unit's files and the release's), then
+    strategy.choose_plan. `adapter_rollouts`: the target can roll adapters into a running engine."""
+    snap = store.snapshot(release.model)
+    serving, current = snap.live.serving(), snap.live.current()
+    rollout: strategy.Rollout = None
+    if release.strategy in ("auto", "adapters"):
+        rollout = _adapter_rollout(release, current, snap.endpoints.get(current.name, {}) if current else {},
+                                   adapter_rollouts)
+    schema = snap.endpoints.get(serving.name, {}).get("schema") if serving else None
+    breaking = None
+    if release.strategy == "auto" and schema is not None and release.schema_ is not None:
+        breaking = iodiff.diff(iodiff.Schema.model_validate(schema), release.schema_).reasons()
+    return strategy.choose_plan(release, snap.live, rollout, breaking, grace_s=adapter_grace_s)
 
 
-def observe(release: Release, live: LiveState, endpoints: dict[str, dict[str, Any]],
-            adapter_rollouts: bool) -> strategy.Observed:
-    """What the strategy choice reads: the serving unit's recorded schema (`endpoints`: each unit's, as recorded),
-    and where an adapter rollout is a candidate the live unit's packaged files, its served adapter list and the
-    release's files."""
-    serving, current = live.serving(), live.current()
-    schema = endpoints.get(serving.name, {}).get("schema") if serving else None
-    ep = endpoints.get(current.name, {}) if current is not None else {}
-    served_at = strategy.adapter_candidate(release, live, adapter_rollouts, ep)
-    if current is None or served_at is None:
-        return strategy.Observed(serving_schema=schema, endpoints=ep)
+def _adapter_rollout(release: Release, current: Unit | None, recorded: dict[str, Any],
+                     supported: bool) -> adapters_mod.Lists | adapters_mod.Refusal:
+    """The rollout of `release`'s adapters into the `current` unit (`recorded`: its facts), or why there is none.
+    The unit's files are read only where it can take a rollout at all: its files known, and the list it serves
+    one that every replica follows (else the refusal is quiet: no candidate)."""
+    why = []
+    if current is None:
+        why = ["no live unit"]
+    elif not supported:
+        why = ["this target cannot change a running unit's adapters"]
+    elif not recorded.get("repository"):
+        why = [f"{current.name} records no repository"]
+    elif recorded.get("adapter_list"):  # kubernetes: every pod follows the unit's list, whatever the replicas
+        why = [] if isinstance(recorded.get("adapters"), dict) else [f"{current.name} records no adapter list"]
+    elif current.replicas != 1:
+        why = [f"{current.name} runs {current.replicas} replicas (adapter rollouts change one)"]
+    elif not recorded.get("serving_repository"):
+        why = [f"{current.name} records no serving repository or adapter list"]
+    if why or current is None:
+        return adapters_mod.Refusal(why=why, quiet=True)
     try:
         new_files = release.files()
-        live_files = adapters_mod.repository_files(Path(ep["repository"]), live.model, current.version)
+        live_files = adapters_mod.repository_files(Path(recorded["repository"]), release.model, current.version)
     except (OSError, ValueError, TritonpkgError) as exc:
-        return strategy.Observed(serving_schema=schema, endpoints=ep, unreadable=str(exc))
-    try:
-        served = adapters_mod.served_list(served_at) if isinstance(served_at, Path) else served_at
-    except TritonpkgError as exc:
-        return strategy.Observed(serving_schema=schema, endpoints=ep, live_files=live_files, new_files=new_files,
-                                 served_error=exc)
-    return strategy.Observed(serving_schema=schema, endpoints=ep, live_files=live_files, new_files=new_files,
-                             served=served)
+        return adapters_mod.Refusal(why=[f"the releases cannot be compared: {exc}"])
+    return adapters_mod.rollout(current.name, current.version, live_files, recorded, release.model, release.version,
+                                new_files, release.repository / release.model / str(release.version))
 
 
 class Executor:
@@ -143,7 +154,6 @@ class Executor:
         """Recover an interrupted run, then plan: a deploy the plan refuses (PlanError) has written nothing,
         neither the release's repository nor the state nor the proxy. The plan is made once, from the release as
         built in memory (its files and schema are the ones `build` writes); the run records the deployment."""
-        self._sync_proxy(release.model)
         recovered = self.recover(release.model)
         plan = self.plan(release)
         outcome = self.run(plan, build(release))
@@ -155,13 +165,12 @@ class Executor:
     def rollback(self, model: str) -> Outcome:
         """An interrupted run is rolled back first; when that was all there was to undo, that is the outcome."""
         recovered = self.recover(model)
-        self._sync_proxy(model)
+        live = self._sync(model).live
         try:
-            plan = plan_rollback(self.store.live(model))
+            plan = plan_rollback(live)
         except PlanError as exc:
             if not recovered:
                 raise
-            live = self.store.live(model)
             return Outcome(ok=True, model=model, strategy=live.strategy or "red-black", recovered=recovered,
                            reason=f"the interrupted run was rolled back; nothing earlier to go back to ({exc})")
         plan.reason = "tritonpkg rollback"
@@ -177,20 +186,11 @@ class Executor:
         return self.limits.model_copy(update={"min_requests": release.min_requests})
 
     def gc(self, model: str, grace_s: float, now: float | None = None) -> list[str]:
-        """Retire idle superseded versioned units (see plan_gc); returns the retired unit names."""
-        self._sync_proxy(model)
+        """Retire idle superseded versioned units (see plan_gc); returns the retired unit names. A unit whose
+        success count grew since the last look was active now."""
         now = time.time() if now is None else now
-        self.refresh_activity(model, now)
-        live = self.store.live(model)
-        steps = plan_gc(live, now, grace_s)
-        for step in steps:
-            self._do(model, step, None)
-        return [s.unit for s in steps if s.kind == "retire" and s.unit]
-
-    def refresh_activity(self, model: str, now: float) -> None:
-        """A unit whose success count grew since the last look was active now."""
         active = {}
-        for row in self.store.units_table(model):
+        for row in self._sync(model).rows:
             if row["status"] == "retired" or "metrics_url" not in row["endpoints"]:
                 continue
             text = self.driver.metrics_text(Endpoints.of(row["endpoints"]))
@@ -199,12 +199,16 @@ class Executor:
                 active[row["name"]] = {**row["endpoints"], "seen": seen}
         for name, endpoints in active.items():
             self.store.update_unit(model, name, last_active=now, endpoints=endpoints)
+        live = self.store.live(model)
+        steps = plan_gc(live, now, grace_s)
+        for step in steps:
+            self._do(model, step, None)
+        return [s.unit for s in steps if s.kind == "retire" and s.unit]
 
-    def recover(self, model: str | None = None) -> list[Recovery]:
-        """Roll back runs a killed command left half-done."""
+    def recover(self, model: str) -> list[Recovery]:
+        """Give the driver the state's picture, then roll back the runs a killed command left half-done."""
         done = []
-        for run, plan in self.store.running_runs(model):
-            self._sync_proxy(plan.model)
+        for run, plan in self._sync(model).running:
             steps = self._rollback(run, plan, "interrupted: rolled back by the next command")
             self.store.finish_run(run, "rolled_back", "interrupted (the command running it stopped)")
             done.append(Recovery(run=run, new_unit=plan.new_unit, steps=steps))
@@ -217,44 +221,45 @@ class Executor:
         done: list[str] = []
         self._baseline.clear()
         for idx, step in enumerate(plan.steps):
-            try:
-                if self.on_step:
-                    self.on_step("forward", step)
-                message = self._do(plan.model, step, release)
-            except Exception as exc:  # any failure: the plan's rollback, then report
-                error = f"{step.describe()}: {exc}"
-                self.store.record_step(run, idx, "forward", step, "failed", str(exc))
+            line, error = self._step(run, idx, "forward", step, plan.model, release)
+            if error is not None:  # any failure: the plan's rollback, then report
                 self._rollback(run, plan, error)
                 self.store.finish_run(run, "rolled_back", error)
                 return Outcome(ok=False, model=plan.model, strategy=plan.strategy, reason=plan.reason, run=run,
                                seconds=time.monotonic() - started, error=error, rolled_back=True, steps=done)
-            self.store.record_step(run, idx, "forward", step, "done", message or "")
-            done.append(step.describe() + (f": {message}" if message else ""))
+            done.append(line)
         self.store.finish_run(run, "done")
         return Outcome(ok=True, model=plan.model, strategy=plan.strategy, reason=plan.reason, run=run,
                        seconds=time.monotonic() - started, steps=done)
 
     def _rollback(self, run: int, plan: Plan, why: str) -> list[str]:
+        """Every rollback step, each recorded (`why` for a step that says nothing), on past a failed one."""
         lines = []
         for idx, step in enumerate(plan.rollback):
-            if self.on_step:
-                self.on_step("rollback", step)
-            try:
-                message = self._do(plan.model, step, None)
-                self.store.record_step(run, idx, "rollback", step, "done", message or why)
-                lines.append(step.describe() + (f": {message}" if message else ""))
-            except Exception as exc:  # keep undoing what can be undone
-                self.store.record_step(run, idx, "rollback", step, "failed", str(exc))
-                lines.append(f"{step.describe()}: failed: {exc}")
+            lines.append(self._step(run, idx, "rollback", step, plan.model, None, why)[0])
         return lines
 
-    def _sync_proxy(self, model: str) -> None:
+    def _step(self, run: int, idx: int, phase: str, step: Step, model: str, release: Release | None,
+              why: str = "") -> tuple[str, str | None]:
+        """Carry one step out and record how it went: (its line, the error where it failed)."""
+        try:
+            if self.on_step:
+                self.on_step(phase, step)
+            message = self._do(model, step, release)
+        except Exception as exc:  # the caller decides: a run rolls back, a rollback goes on
+            self.store.record_step(run, idx, phase, step, "failed", str(exc))
+            return f"{step.describe()}: failed: {exc}", f"{step.describe()}: {exc}"
+        self.store.record_step(run, idx, phase, step, "done", message or why)
+        return step.describe() + (f": {message}" if message else ""), None
+
+    def _sync(self, model: str) -> Snapshot:
         """Give the driver what the state holds: the local proxy's facts, the kubernetes route's picture (empty
-        for a model not deployed yet)."""
-        dep = self.store.deployment(model) or {"info": {}, "alias": None}
-        self.driver.sync(model, self.store.units_table(model), dep.get("alias"))
-        if dep["info"].get("proxy") and not self.driver.proxy:
-            self.driver.proxy = dict(dep["info"]["proxy"])
+        for a model not deployed yet); returns the state as read."""
+        snap = self.store.snapshot(model)
+        self.driver.sync(model, snap.rows, snap.live.alias)
+        if snap.info.get("proxy") and not self.driver.proxy:
+            self.driver.proxy = dict(snap.info["proxy"])
+        return snap
 
     def _save_proxy(self, model: str) -> None:
         if self.driver.proxy:

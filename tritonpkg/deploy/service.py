@@ -152,11 +152,10 @@ def dry_run(store: StateStore, release: Release, target: str, out: Path | None =
     from tritonpkg.deploy.drivers import package_store
 
     k = kubernetes or KubernetesOptions()
-    check_target(release, target, k)
     with tempfile.TemporaryDirectory(prefix="tritonpkg-dry-run-") as scratch:
         if not release.built:  # a spec's files, packaged here; a packaged repository is read where it is
             release = build(release.model_copy(update={"repository": Path(scratch) / "repository"}))
-        check_target(release, target, k)  # the packaged files too
+        check_target(release, target, k)  # the spec and its packaged files
         plan = plan_release(store, release, adapter_rollouts=True, adapter_grace_s=adapter_grace_s)
         archive_file = Path(scratch) / "package.tar.gz"
         ref = package_store.archive_ref(package_store.check_store(k.package_store), release.model, release.version,

@@ -16,6 +16,7 @@ import sqlite3
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,35 @@ def _columns(fields: Mapping[str, Any], allowed: frozenset[str]) -> list[str]:
         raise ValueError(f"not a column that can be updated: {', '.join(unknown)} "
                          f"(expected {', '.join(sorted(allowed))})")
     return list(fields)
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One model's deployment as one read found it: what the planner (`live`), the driver's sync (`rows`, the
+    alias, the proxy in `info`) and recovery (`running`) read, so a phase sees the state of one moment."""
+
+    live: LiveState
+    rows: list[dict[str, Any]] = field(default_factory=list)  # every unit's, retired ones too (units_table)
+    endpoints: dict[str, dict[str, Any]] = field(default_factory=dict)  # unit -> what is recorded of it
+    info: dict[str, Any] = field(default_factory=dict)
+    running: list[tuple[int, Plan]] = field(default_factory=list)  # runs a stopped command left half-done
+
+
+def _deployment(row: sqlite3.Row | None) -> dict[str, Any] | None:
+    return None if row is None else {**dict(row), "info": json.loads(row["info"])}
+
+
+def _unit_row(row: sqlite3.Row) -> dict[str, Any]:
+    return {**dict(row), "endpoints": json.loads(row["endpoints"]), "routed": bool(row["routed"])}
+
+
+def _unit(row: Mapping[str, Any]) -> Unit:
+    return Unit(name=row["name"], version=row["version"], color=row["color"], weight=row["weight"],
+                replicas=row["replicas"], status=row["status"], routed=row["routed"], last_active=row["last_active"])
+
+
+def _plans(rows: list[sqlite3.Row]) -> list[tuple[int, Plan]]:
+    return [(r["id"], Plan.model_validate_json(r["plan"])) for r in rows]
+
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS deployments (
@@ -169,12 +199,22 @@ class StateStore:
         with self._db() as db:
             return [r["model"] for r in db.execute("SELECT model FROM deployments ORDER BY model")]
 
+    def snapshot(self, model: str) -> Snapshot:
+        """The model's deployment, its units and its runs left `running`, read in one transaction."""
+        with self._db() as db:
+            dep = db.execute("SELECT * FROM deployments WHERE model=?", (model,)).fetchone()
+            units = db.execute("SELECT * FROM units WHERE model=? ORDER BY version", (model,)).fetchall()
+            runs = db.execute("SELECT id, plan FROM runs WHERE status='running' AND model=?", (model,)).fetchall()
+        deployment = _deployment(dep) or {}
+        rows = [_unit_row(r) for r in units]
+        live = LiveState(model=model, strategy=deployment.get("strategy"), alias=deployment.get("alias"),
+                         units=[_unit(r) for r in rows if r["status"] != "retired"])
+        return Snapshot(live=live, rows=rows, endpoints={r["name"]: r["endpoints"] for r in rows},
+                        info=deployment.get("info", {}), running=_plans(runs))
+
     def deployment(self, model: str) -> dict[str, Any] | None:
         with self._db() as db:
-            row = db.execute("SELECT * FROM deployments WHERE model=?", (model,)).fetchone()
-        if row is None:
-            return None
-        return {**dict(row), "info": json.loads(row["info"])}
+            return _deployment(db.execute("SELECT * FROM deployments WHERE model=?", (model,)).fetchone())
 
     def ensure_deployment(self, model: str, target: str, info: dict[str, Any] | None = None) -> None:
         with self._db() as db:
@@ -191,14 +231,7 @@ class StateStore:
                        (*values, time.time(), model))
 
     def live(self, model: str) -> LiveState:
-        dep = self.deployment(model) or {}
-        with self._db() as db:
-            rows = db.execute("SELECT * FROM units WHERE model=? AND status!='retired' ORDER BY version",
-                              (model,)).fetchall()
-        units = [Unit(name=r["name"], version=r["version"], color=r["color"], weight=r["weight"],
-                      replicas=r["replicas"], status=r["status"], routed=bool(r["routed"]),
-                      last_active=r["last_active"]) for r in rows]
-        return LiveState(model=model, strategy=dep.get("strategy"), units=units, alias=dep.get("alias"))
+        return self.snapshot(model).live
 
     def put_unit(self, model: str, unit: Unit, endpoints: dict[str, Any] | None = None) -> None:
         with self._db() as db:
@@ -226,7 +259,7 @@ class StateStore:
     def units_table(self, model: str) -> list[dict[str, Any]]:
         with self._db() as db:
             rows = db.execute("SELECT * FROM units WHERE model=? ORDER BY version", (model,)).fetchall()
-        return [{**dict(r), "endpoints": json.loads(r["endpoints"]), "routed": bool(r["routed"])} for r in rows]
+        return [_unit_row(r) for r in rows]
 
     # -- runs and step history ---------------------------------------------------------------------
     def start_run(self, plan: Plan, target: str | None = None) -> int:
@@ -250,8 +283,7 @@ class StateStore:
         if model:
             query, args = query + " AND model=?", (model,)
         with self._db() as db:
-            rows = db.execute(query, args).fetchall()
-        return [(r["id"], Plan.model_validate_json(r["plan"])) for r in rows]
+            return _plans(db.execute(query, args).fetchall())
 
     def runs(self, model: str, limit: int = 5) -> list[dict[str, Any]]:
         with self._db() as db:
