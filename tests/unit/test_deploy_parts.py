@@ -131,6 +131,9 @@ def test_state_round_trip_and_interrupted_runs(tmp_path):
     plan = plan_red_black(live, 2, [50, 100])
     run = store.start_run(plan)
     assert [r for r, _ in store.running_runs("m")] == [run]
+    snap = store.snapshot("m")  # one read: what planning, the driver's sync and recovery each take from it
+    assert snap.live == live and snap.rows == store.units_table("m") and snap.endpoints == {"m-blue": {"slot": 0}}
+    assert [r for r, _ in snap.running] == [run] and store.snapshot("other").live.units == []
     reopened = StateStore(tmp_path / "s.db")  # a later command sees the half-done run and its rollback
     (_, again), = reopened.running_runs()
     assert again.rollback == plan.rollback

@@ -120,11 +120,11 @@ def deploy(
         _print_teardown(service.teardown(state, source, k8s), as_json)
         return
     release = release_from(source, state, strategy)
-    service.check_target(release, target, k8s)
-    if dry_run or (target == "kubernetes" and out is not None):  # writes nothing but `out`
+    if dry_run or (target == "kubernetes" and out is not None):  # writes nothing but `out`; checks the target itself
         _print_dry_run(service.dry_run(service.store_at(state, read_only=True), release, target, out, k8s,
                                        adapter_grace_s=adapter_grace), release.version, as_json)
         return
+    service.check_target(release, target, k8s)  # before the state or the driver writes anything
     store = service.store_at(state)
     driver = service.driver_for(target, state, release.model, http_port=http_port, grpc_port=grpc_port,
                                 unit_port_base=unit_port_base, kubernetes=k8s,
