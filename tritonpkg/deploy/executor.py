@@ -98,8 +98,9 @@ def plan_release(store: StateStore, release: Release, adapter_rollouts: bool = F
         rollout = _adapter_rollout(release, current, snap.endpoints.get(current.name, {}) if current else {},
                                    adapter_rollouts)
     schema = snap.endpoints.get(serving.name, {}).get("schema") if serving else None
+    compared = release.strategy == "auto" and not isinstance(rollout, adapters_mod.Lists)  # else no I/O change
     breaking = None
-    if release.strategy == "auto" and schema is not None and release.schema_ is not None:
+    if compared and schema is not None and release.schema_ is not None:
         breaking = iodiff.diff(iodiff.Schema.model_validate(schema), release.schema_).reasons()
     return strategy.choose_plan(release, snap.live, rollout, breaking, grace_s=adapter_grace_s)
 
