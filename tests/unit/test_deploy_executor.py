@@ -170,3 +170,22 @@ def test_endpoints_round_trip_the_state_files_json() -> None:
     ep = Endpoints.of(facts)
     assert (ep.slot, ep.facts()) == (2, facts)  # a field it does not know (the executor's too) is kept
     assert Recorded.model_validate(facts).facts() == {"schema": {"inputs": []}}  # the executor's own, apart
+
+
+def test_gc_retires_an_idle_superseded_version_and_keeps_one_whose_requests_grew(tmp_path: Path) -> None:
+    """A unit whose success count grew since the last look was active now (recorded, then kept); the latest and the
+    one taking unversioned traffic are always kept; the idle superseded one is drained and retired."""
+    store = StateStore(tmp_path / "s.db")
+    store.ensure_deployment("m", "fake")
+    for unit, endpoints in [(Unit(name="m-v1", version=1, weight=100, status="serving"), {"name": "m-v1"}),
+                            (Unit(name="m-v2", version=2, status="inactive", last_active=0.0),
+                             {"name": "m-v2", "metrics_url": "http://m-v2", "seen": 100.0}),  # 5 now: no growth
+                            (Unit(name="m-v3", version=3, status="inactive", last_active=0.0),
+                             {"name": "m-v3", "metrics_url": "http://m-v3"}),
+                            (Unit(name="m-v4", version=4, status="inactive", last_active=0.0), {"name": "m-v4"})]:
+        store.put_unit("m", unit, endpoints)
+    driver = Recorder()
+    assert Executor(store, driver, dwell_s=0).gc("m", grace_s=60, now=1000.0) == ["m-v2"]
+    assert [c for c in driver.calls if not c.startswith("sync")] == ["drain m-v2", "retire m-v2 pgid=None"]
+    assert store.endpoints("m", "m-v3")["seen"] == 5 and store.live("m").unit("m-v3").last_active == 1000.0
+    assert [u.name for u in store.live("m").units] == ["m-v1", "m-v3", "m-v4"]

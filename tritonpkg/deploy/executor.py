@@ -194,9 +194,8 @@ class Executor:
         for row in self._sync(model).rows:
             if row["status"] == "retired" or "metrics_url" not in row["endpoints"]:
                 continue
-            text = self.driver.metrics_text(Endpoints.of(row["endpoints"]))
-            seen = gate_mod.parse(text, model).success if text is not None else None
-            if seen is not None and seen > (Recorded.model_validate(row["endpoints"]).seen or 0.0):
+            seen = self._sample(model, Endpoints.of(row["endpoints"])).success  # 0 where no metrics are reachable
+            if seen > (Recorded.model_validate(row["endpoints"]).seen or 0.0):
                 active[row["name"]] = {**row["endpoints"], "seen": seen}
         for name, endpoints in active.items():
             self.store.update_unit(model, name, last_active=now, endpoints=endpoints)
