@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from tritonpkg.cli import app
+from tritonpkg.cli._common import console
 
 IO = ('input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
       'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]\n')
@@ -21,10 +23,16 @@ def make(repo: Path, cfg: str) -> Path:
     return repo
 
 
+@pytest.fixture(autouse=True)
+def wide_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table 1,000 columns wide (its paths are under the test's folder, of any length): a cell rich wrapped
+    could split a field name the checks look for. The CLI's console took its width when it was made, at import
+    (an xdist worker has COLUMNS=80 then), so COLUMNS set for the call would not reach it."""
+    monkeypatch.setattr(console, "_width", 1000)
+
+
 def invoke(*args: str):
-    """The table as wide as its longest line (its paths are under the test's folder, of any length): a cell
-    rich would wrap could split a field name the checks look for."""
-    return CliRunner().invoke(app, ["validate", *args], env={"TRITONPKG_NO_LIVE_VLLM": "1", "COLUMNS": "1000"})
+    return CliRunner().invoke(app, ["validate", *args], env={"TRITONPKG_NO_LIVE_VLLM": "1"})
 
 
 def test_clean_repo_exits_0(tmp_path):
