@@ -37,14 +37,19 @@ ALONE = "alone:"
 """Session fixtures too costly to start once per worker: their users form one group."""
 
 SECONDS: dict[str, float] = {
-    "vllm_server": 330, "tests/integration/test_deploy_engine_death.py": 150,
-    "tests/integration/test_engine_death.py": 120, "tests/integration/test_docker_container_view.py": 120,
-    "tests/integration/test_openai_frontend.py": 116, "tests/integration/test_lora_serving.py": 102,
-    "corpus_outcomes": 85, "tests/integration/test_vllm_backend_lifecycle.py": 68,
-    "tests/integration/test_deploy_adapters.py": 58, "tests/integration/test_serve_stack.py": 57,
-    "tests/integration/test_deploy_local.py": 55, "tests/integration/test_vllm_backend_startup.py": 52,
+    "vllm_server": 327, "tests/integration/test_docker_container_view.py": 245,
+    "tests/integration/test_openai_frontend.py": 213, "tests/integration/test_engine_death.py": 171,
+    "tests/integration/test_lora_serving.py": 167, "tests/integration/test_deploy_engine_death.py": 153,
+    "tests/integration/test_vllm_backend_lifecycle.py": 125, "corpus_outcomes": 115,
+    "tests/integration/test_embedding_serving.py": 107, "tests/integration/test_vllm_backend_startup.py": 94,
+    "tests/integration/test_deploy_adapters.py": 92, "tests/integration/test_lane_toolkit_backend.py": 90,
+    "tests/integration/test_lane_engine_args.py": 80, "tests/integration/test_deploy_local_weights.py": 77,
+    "tests/integration/test_serve_stack.py": 72, "tests/integration/test_kubernetes_pod.py": 71,
+    "tests/integration/test_logits_vllm.py": 66, "tests/integration/test_plugin_triton.py": 56,
+    "tests/integration/test_deploy_local.py": 53, "tests/unit/test_plugins_validate.py": 51,
+    "tests/integration/test_deploy_unit_death.py": 49, "tests/fuzz/test_logits_fuzz.py": 46,
 }
-"""Group -> its measured seconds, for the groups of 50 s or more."""
+"""Group -> its measured seconds, for the groups of 45 s or more (a two-worker run, `--junitxml` times summed)."""
 INTEGRATION_S = 20.0
 """The length assumed for another integration module (most start a server), ahead of the fast unit tests."""
 
