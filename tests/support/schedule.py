@@ -1,5 +1,5 @@
-"""How a whole-suite run shares the machine's cores (`bash scripts/test.sh`: two pytest-xdist workers, or
-`TRITONPKG_TEST_WORKERS=N`, 0 for a serial run; `-n N --dist loadgroup`).
+"""How a whole-suite run shares the machine's cores when asked to (`TRITONPKG_TEST_WORKERS=N bash scripts/test.sh`:
+pytest-xdist, `-n N --dist loadgroup`).
 
 Two workers use the second core that engine starts, stops and health polls leave idle part of the time
 (docs/testing.md has the measurement), and three rules keep what the shared servers saved:
