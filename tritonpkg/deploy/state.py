@@ -45,6 +45,7 @@ def _columns(fields: Mapping[str, Any], allowed: frozenset[str]) -> list[str]:
                          f"(expected {', '.join(sorted(allowed))})")
     return list(fields)
 
+
 @dataclass(frozen=True)
 class Snapshot:
     """One model's deployment as one read found it: what the planner (`live`), the driver's sync (`rows`, the
