@@ -45,7 +45,9 @@ def spec(root: Path, version: int, adapters: dict[str, str], **engine_args) -> P
 def packaged_facts(folder: Path, out: Path) -> ad.AdapterFacts:
     loaded = load_spec(folder)
     package_spec(loaded, out)
-    return ad.facts(MODEL, loaded.version, ad.repository_files(out, MODEL, loaded.version))
+    facts = ad.read_facts(out, MODEL, loaded.version)
+    assert isinstance(facts, ad.AdapterFacts)
+    return facts
 
 
 def test_only_adapter_changes_qualify(tmp_path):
@@ -79,15 +81,18 @@ def test_the_three_lists_load_beside_then_move_the_names_then_drop_the_old():
 
 @pytest.fixture
 def live_unit(tmp_path):
-    """A store whose unit m-blue serves the packaged v1 (one adapter, a), as a local deploy records it."""
+    """A store whose unit m-blue serves the packaged v1 (one adapter, a), as a local deploy records it (the facts
+    of its release among them: planning compares those, never the files)."""
     first = release_from(spec(tmp_path, 1, {"a": adapter(tmp_path / "a1", 1)}), tmp_path / "work")
     repo = tmp_path / "work" / "releases" / "v1"
     package_spec(first.spec, repo)
     store = StateStore(tmp_path / "s.db")
     store.ensure_deployment(MODEL, "fake")
     store.put_unit(MODEL, Unit(name="bot-blue", version=1, color="blue", weight=100, status="serving"))
-    store.update_unit(MODEL, "bot-blue", endpoints=Endpoints(repository=str(repo), serving_repository=str(repo),
-                                                             name="bot-blue", http_url="http://u").facts())
+    assert isinstance(first.adapter_facts, ad.AdapterFacts) and first.adapter_facts == ad.read_facts(repo, MODEL, 1)
+    store.update_unit(MODEL, "bot-blue", endpoints={**Endpoints(repository=str(repo), serving_repository=str(repo),
+                                                                name="bot-blue", http_url="http://u").facts(),
+                                                    "adapter_facts": first.adapter_facts.model_dump()})
     return store, repo
 
 
@@ -134,14 +139,18 @@ def test_a_unit_is_a_candidate_only_where_its_served_list_is_known_and_followed(
     """Replicas with a list of their own each are no candidate (nothing read, nothing said); kubernetes: every pod
     follows the list its driver recorded, so the replica count does not matter, and without one it is no
     candidate."""
-    store, repo = live_unit
+    store, _ = live_unit
     release = release_from(spec(tmp_path, 2, {"a": adapter(tmp_path / "a2", 2)}), tmp_path / "work")
     store.update_unit(MODEL, "bot-blue", replicas=2)
     plan = plan_release(store, release, adapter_rollouts=True)
     assert plan.strategy == "red-black" and "not an adapter rollout" not in plan.reason
-    followed = {"repository": str(repo), "adapter_list": "bot-blue-adapters", "adapters": {"a": "s3://x/a"}}
+    facts = store.endpoints(MODEL, "bot-blue")["adapter_facts"]
+    followed = {"adapter_facts": facts, "adapter_list": "bot-blue-adapters", "adapters": {"a": "s3://x/a"}}
     store.update_unit(MODEL, "bot-blue", endpoints=followed)
     plan = plan_release(store, release, adapter_rollouts=True)
     assert plan.strategy == "adapters" and plan.rollback[0].adapters == {"a": "s3://x/a"}
     store.update_unit(MODEL, "bot-blue", endpoints={**followed, "adapters": None})
     assert plan_release(store, release, adapter_rollouts=True).strategy == "red-black"
+    store.update_unit(MODEL, "bot-blue", endpoints={**followed, "adapter_facts": None})  # provisioned before facts
+    plan = plan_release(store, release, adapter_rollouts=True)
+    assert plan.strategy == "red-black" and "not an adapter rollout" not in plan.reason

@@ -14,6 +14,7 @@ import yaml
 from typer.testing import CliRunner
 
 from tritonpkg.cli import app
+from tritonpkg.deploy.adapters import AdapterFacts, read_facts
 from tritonpkg.deploy.driver import Endpoints
 from tritonpkg.deploy.plan import Unit
 from tritonpkg.deploy.state import StateStore
@@ -96,8 +97,11 @@ def test_a_dry_run_writes_nothing_but_its_manifests(tmp_path: Path, monkeypatch:
     package_spec(load_spec(cwd / "v1"), repo)
     store.ensure_deployment(MODEL, "local")
     store.put_unit(MODEL, Unit(name="bot-blue", version=1, color="blue", weight=100, status="serving"))
-    store.update_unit(MODEL, "bot-blue", endpoints=Endpoints(repository=str(repo), serving_repository=str(repo),
-                                                             name="bot-blue", http_url="http://u").facts())
+    facts = read_facts(repo, MODEL, 1)
+    assert isinstance(facts, AdapterFacts)
+    store.update_unit(MODEL, "bot-blue", endpoints={**Endpoints(repository=str(repo), serving_repository=str(repo),
+                                                                name="bot-blue", http_url="http://u").facts(),
+                                                    "adapter_facts": facts.model_dump()})
     store.set_deployment(MODEL, alias="bot-blue", strategy="red-black")
     write_spec(cwd / "v2", 2, seed=2)
     before, before_state = listing(cwd), listing(state)

@@ -14,6 +14,7 @@ import pytest
 
 from tests.unit.test_deploy_executor import Recorder
 from tritonpkg.deploy import gate
+from tritonpkg.deploy.adapters import AdapterFacts, read_facts
 from tritonpkg.deploy.executor import Executor, plan_release
 from tritonpkg.deploy.release import build, release_from
 from tritonpkg.deploy.state import StateStore
@@ -71,11 +72,10 @@ def test_the_plan_and_the_build_take_the_files_built_in_memory(tmp_path: Path, c
     release = release_from(example(tmp_path, 1), tmp_path / "work")
     assert not release.built and not release.repository.exists()
     plan_release(StateStore(tmp_path / "s.db"), release)
-    files = release.files()
-    assert files["sentiment/config.pbtxt"].startswith(b'name: "sentiment"') and "sentiment/1/lexicon.json" in files
+    facts = release.adapter_facts
+    assert isinstance(facts, AdapterFacts) and not facts.lora and "lexicon.json" in facts.rest
     built = build(release)
     assert built.built and build(built) is built  # written once
-    on_disk = (built.repository / "sentiment" / "1" / "lexicon.json").read_bytes()
-    assert built.files() == files and on_disk == files["sentiment/1/lexicon.json"]
+    assert built.adapter_facts == facts == read_facts(built.repository, "sentiment", 1)  # the files as written
     assert dict(calls) == {"load_spec": 1, "build_models": 1, "package_spec": 1}
     assert built.schema_ is not None and [t.name for t in built.schema_.inputs] == ["TEXT"]

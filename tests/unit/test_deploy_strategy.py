@@ -18,7 +18,7 @@ from tritonpkg.deploy.strategy import choose_plan
 X = Tensor(name="X", data_type="TYPE_FP32", dims=[2])
 LIVE = LiveState(model="bot", units=[Unit(name="bot-blue", version=1, color="blue", weight=100, status="serving")])
 SERVED = {"a": "/state/units/bot-blue/repository/bot/1/adapters/a"}
-EP = {"repository": "/state/releases/v1", "adapter_list": "bot-blue-adapters", "adapters": SERVED}
+EP = {"adapter_list": "bot-blue-adapters", "adapters": SERVED}
 
 
 def release(version: int = 2, strategy: str = "auto", inputs: list[Tensor] | None = None) -> Release:
@@ -35,8 +35,8 @@ def files(version: int, adapter: bytes, **args: object) -> dict[str, bytes]:
 
 def rollout(version: int = 2, new: dict[str, bytes] | None = None) -> adapters.Lists | adapters.Refusal:
     new_files = new if new is not None else files(version, b"new")
-    return adapters.rollout("bot-blue", 1, files(1, b"old"), EP, "bot", version, new_files,
-                            Path(f"/state/releases/new/bot/{version}"))
+    return adapters.rollout("bot-blue", adapters.facts("bot", 1, files(1, b"old")), EP,
+                            adapters.facts("bot", version, new_files), Path(f"/state/releases/new/bot/{version}"))
 
 
 def breaking(rel: Release) -> list[str]:

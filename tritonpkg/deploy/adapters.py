@@ -5,7 +5,9 @@ What is compared is the packaged model, as files: config.pbtxt and every file of
 their list and the engine arguments the adapters set (max_loras, max_cpu_loras, max_lora_rank: a lower rank
 still fits the live engine, a higher one does not). An adapter's identity is its files' sha256 (one copied into
 the version) or its source URL (a remote one: a new revision is a new URL). The lists a rollout writes are
-computed here too; reading files is the only effect, in `repository_files` and `served_list`."""
+computed here too. Each side's facts are taken once: the release's when it is made (release.py), the live unit's
+as recorded when it was provisioned, so planning compares recorded facts and reads no other release's files;
+reading files is the only effect, in `read_facts`, `repository_files` and `served_list`."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from tritonpkg import version_files
+from tritonpkg.deploy.plan import Unit
 from tritonpkg.errors import TritonpkgError
 
 MULTI_LORA = version_files.MULTI_LORA
@@ -37,6 +40,8 @@ class AdapterFacts(BaseModel):
     engine_args: dict[str, Any] = Field(description="model.json without the adapter-sized arguments")
     max_lora_rank: int | None = None
     adapters: dict[str, str] = Field(default_factory=dict, description="name -> identity (files' or source's sha256)")
+    listing: dict[str, Any] = Field(default_factory=dict, description="multi_lora.json as packaged: name -> "
+                                    "folder (relative ones: to the version) or source")
 
 
 def _sha(data: bytes) -> str:
@@ -63,7 +68,15 @@ def facts(model: str, version: int, files: Mapping[str, bytes]) -> AdapterFacts:
     rank = args.get("max_lora_rank")
     return AdapterFacts(model=model, version=version, lora=version_files.lora_enabled(args),
                         rest=rest, engine_args={k: v for k, v in args.items() if k not in ADAPTER_ARGS},
-                        max_lora_rank=rank if isinstance(rank, int) else None, adapters=adapters)
+                        max_lora_rank=rank if isinstance(rank, int) else None, adapters=adapters, listing=listing)
+
+
+def read_facts(repository: Path, model: str, version: int) -> AdapterFacts | Refusal:
+    """A packaged model version's facts, read from its repository, or why they cannot be compared."""
+    try:
+        return facts(model, version, repository_files(repository, model, version))
+    except (OSError, ValueError, TritonpkgError) as exc:
+        return Refusal(why=[f"the releases cannot be compared: {exc}"])
 
 
 def _object(parse: Callable[[bytes], dict[str, Any]], data: bytes | None) -> dict[str, Any]:
@@ -143,32 +156,58 @@ class Refusal(BaseModel):
     quiet: bool = False
 
 
-def rollout(unit: str, live_version: int, live_files: Mapping[str, bytes], recorded: Mapping[str, Any], model: str,
-            version: int, new_files: Mapping[str, bytes], version_dir: Path) -> Lists | Refusal:
-    """The lists that roll release `version` of `model` (its files `new_files`, packaged in `version_dir`) into the
-    live `unit` (its packaged `live_files`, the facts `recorded` of it: the adapters of an earlier rollout, and where
-    its served list is: the list its driver recorded, or its own multi_lora.json), or why not. The served list is
-    read only once the rollout needs it."""
+def candidate(current: Unit | None, recorded: Mapping[str, Any], supported: bool,
+              new: AdapterFacts | Refusal | None, version_dir: Path) -> Lists | Refusal:
+    """The rollout of a release (its facts `new`, packaged in `version_dir`) into the `current` unit (`recorded`: its
+    facts), or why there is none. A unit is a candidate only where its target can change a running unit's adapters,
+    it records the facts of the release it serves, and the list it serves is one that every replica follows; where
+    it is not, or LoRA is off, the refusal is quiet (nothing to explain)."""
+    why = []
+    if current is None:
+        why = ["no live unit"]
+    elif not supported:
+        why = ["this target cannot change a running unit's adapters"]
+    elif isinstance(new, AdapterFacts) and not new.lora:
+        why = ["LoRA is off in the new release"]
+    elif not isinstance(recorded.get("adapter_facts"), dict):
+        why = [f"{current.name} records no adapter facts"]
+    elif recorded.get("adapter_list"):  # kubernetes: every pod follows the unit's list, whatever the replicas
+        why = [] if isinstance(recorded.get("adapters"), dict) else [f"{current.name} records no adapter list"]
+    elif current.replicas != 1:
+        why = [f"{current.name} runs {current.replicas} replicas (adapter rollouts change one)"]
+    elif not recorded.get("serving_repository"):
+        why = [f"{current.name} records no serving repository or adapter list"]
+    if why or current is None:
+        return Refusal(why=why, quiet=True)
+    if not isinstance(new, AdapterFacts):
+        return new or Refusal(why=["the release's adapter facts were not read"])
     try:
-        live = facts(model, live_version, live_files)
-        new = facts(model, version, new_files)
-    except (ValueError, TritonpkgError) as exc:
+        live = AdapterFacts.model_validate(recorded["adapter_facts"])
+    except ValueError as exc:
         return Refusal(why=[f"the releases cannot be compared: {exc}"])
+    return rollout(current.name, live, recorded, new, version_dir)
+
+
+def rollout(unit: str, live: AdapterFacts, recorded: Mapping[str, Any], new: AdapterFacts,
+            version_dir: Path) -> Lists | Refusal:
+    """The lists that roll release `new` (packaged in `version_dir`) into the live `unit` (the facts `live` of the
+    release it serves, the facts `recorded` of it: the adapters of an earlier rollout, and where its served list
+    is: the list its driver recorded, or its own multi_lora.json), or why not. The served list is read only once
+    the rollout needs it."""
     if not (live.lora and new.lora):
         return Refusal(why=["LoRA is off in the " + ("live" if not live.lora else "new") + " release"], quiet=True)
-    live.adapters = dict(recorded.get("adapter_ids") or live.adapters)
-    released = max(live_version, int(recorded.get("adapter_release") or 0))
+    live = live.model_copy(update={"adapters": dict(recorded.get("adapter_ids") or live.adapters)})
+    released = max(live.version, int(recorded.get("adapter_release") or 0))
     why = only_adapters_changed(live, new)
-    if not why and version <= released:
-        why.append(f"version {version} is not above the live adapters' {released}")
+    if not why and new.version <= released:
+        why.append(f"version {new.version} is not above the live adapters' {released}")
     if why:
         return Refusal(why=why)
     served = (dict(recorded["adapters"]) if recorded.get("adapter_list") else
-              served_list(Path(recorded["serving_repository"]) / model / str(live_version)))
-    listing = _object(version_files.adapter_list, new_files.get(f"{model}/{version}/{MULTI_LORA}"))
+              served_list(Path(recorded["serving_repository"]) / new.model / str(live.version)))
     folders = {name: str(version_dir / loc.removeprefix("./")) if loc.startswith("./") else loc
-               for name, loc in listing.items()}
-    lists = rollout_lists(served, live.adapters, folders, new.adapters, version)
+               for name, loc in new.listing.items()}
+    lists = rollout_lists(served, live.adapters, folders, new.adapters, new.version)
     lists.unit = unit
     return lists
 

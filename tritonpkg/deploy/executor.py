@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -29,7 +28,6 @@ from tritonpkg.deploy.plan import (
 )
 from tritonpkg.deploy.release import Release, build
 from tritonpkg.deploy.state import Snapshot, StateStore
-from tritonpkg.errors import TritonpkgError
 
 
 @dataclass(frozen=True)
@@ -49,8 +47,9 @@ def _named_unit(step: Step) -> str:
 
 class Recorded(BaseModel):
     """The executor's own facts about a unit, kept in the unit's JSON object beside its target's (Endpoints): the
-    I/O schema it serves (auto's choice), the success count last seen (gc), and its LoRA adapters (the list it
-    serves and, after an adapter rollout, the release they came from with each adapter's identity)."""
+    I/O schema it serves (auto's choice), the success count last seen (gc), and its LoRA adapters (the facts of the
+    release it was provisioned from, the list it serves and, after an adapter rollout, the release they came from
+    with each adapter's identity)."""
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
@@ -59,6 +58,7 @@ class Recorded(BaseModel):
     adapters: dict[str, str] | None = None
     adapter_release: int | None = None
     adapter_ids: dict[str, str] | None = None
+    adapter_facts: dict[str, Any] | None = None
 
     def facts(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True, exclude_none=True)
@@ -89,49 +89,20 @@ def plan_release(store: StateStore, release: Release, adapter_rollouts: bool = F
                  adapter_grace_s: float = ADAPTER_GRACE_S) -> Plan:
     """The plan `deploy` would run now against the state in `store` (a dry run needs no driver): the state read
     once, the facts the choice needs found (the release's I/O against the serving unit's, and where an adapter
-    rollout is asked about, the rollout computed from the live unit's files and the release's), then
+    rollout is asked about, the rollout computed from the facts recorded of the live unit and the release's), then
     strategy.choose_plan. `adapter_rollouts`: the target can roll adapters into a running engine."""
     snap = store.snapshot(release.model)
     serving, current = snap.live.serving(), snap.live.current()
     rollout: strategy.Rollout = None
     if release.strategy in ("auto", "adapters"):
-        rollout = _adapter_rollout(release, current, snap.endpoints.get(current.name, {}) if current else {},
-                                   adapter_rollouts)
+        rollout = adapters_mod.candidate(current, snap.endpoints.get(current.name, {}) if current else {},
+                                         adapter_rollouts, release.adapter_facts, release.version_dir)
     schema = snap.endpoints.get(serving.name, {}).get("schema") if serving else None
     compared = release.strategy == "auto" and not isinstance(rollout, adapters_mod.Lists)  # else no I/O change
     breaking = None
     if compared and schema is not None and release.schema_ is not None:
         breaking = iodiff.diff(iodiff.Schema.model_validate(schema), release.schema_).reasons()
     return strategy.choose_plan(release, snap.live, rollout, breaking, grace_s=adapter_grace_s)
-
-
-def _adapter_rollout(release: Release, current: Unit | None, recorded: dict[str, Any],
-                     supported: bool) -> adapters_mod.Lists | adapters_mod.Refusal:
-    """The rollout of `release`'s adapters into the `current` unit (`recorded`: its facts), or why there is none.
-    The unit's files are read only where it can take a rollout at all: its files known, and the list it serves
-    one that every replica follows (else the refusal is quiet: no candidate)."""
-    why = []
-    if current is None:
-        why = ["no live unit"]
-    elif not supported:
-        why = ["this target cannot change a running unit's adapters"]
-    elif not recorded.get("repository"):
-        why = [f"{current.name} records no repository"]
-    elif recorded.get("adapter_list"):  # kubernetes: every pod follows the unit's list, whatever the replicas
-        why = [] if isinstance(recorded.get("adapters"), dict) else [f"{current.name} records no adapter list"]
-    elif current.replicas != 1:
-        why = [f"{current.name} runs {current.replicas} replicas (adapter rollouts change one)"]
-    elif not recorded.get("serving_repository"):
-        why = [f"{current.name} records no serving repository or adapter list"]
-    if why or current is None:
-        return adapters_mod.Refusal(why=why, quiet=True)
-    try:
-        new_files = release.files()
-        live_files = adapters_mod.repository_files(Path(recorded["repository"]), release.model, current.version)
-    except (OSError, ValueError, TritonpkgError) as exc:
-        return adapters_mod.Refusal(why=[f"the releases cannot be compared: {exc}"])
-    return adapters_mod.rollout(current.name, current.version, live_files, recorded, release.model, release.version,
-                                new_files, release.repository / release.model / str(release.version))
 
 
 class Executor:
@@ -294,8 +265,10 @@ class Executor:
             self._save_proxy(model)
 
         ep = self.driver.provision(model, unit, release, taken, started)
-        schema = Recorded(schema_=release.schema_.model_dump() if release.schema_ else None)
-        self.store.update_unit(model, name, status="inactive", endpoints={**ep.facts(), **schema.facts()})
+        facts = release.adapter_facts if isinstance(release.adapter_facts, adapters_mod.AdapterFacts) else None
+        own = Recorded(schema_=release.schema_.model_dump() if release.schema_ else None,
+                       adapter_facts=facts.model_dump() if facts else None)
+        self.store.update_unit(model, name, status="inactive", endpoints={**ep.facts(), **own.facts()})
         self._save_proxy(model)
         return f"up at {ep.http_url or ep.name or ''}"
 

@@ -1,6 +1,7 @@
 """What one deploy brings, built once. A spec is loaded once and its models built once, in memory: the I/O
-schema comes from the built config, the adapter comparison from the built files, and `build` writes them once
-into the release's repository folder. An already packaged repository is read as it is (its files on first use)."""
+schema comes from the built config, the adapter facts from the built files, and `build` writes them once
+into the release's repository folder. An already packaged repository is read as it is, its adapter facts when the
+release is made. Planning reads these facts from the release and never goes back to its files."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field, PrivateAttr
+from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
 from tritonpkg import compat
 from tritonpkg.deploy import adapters, iodiff
+from tritonpkg.errors import TritonpkgError
 
 if TYPE_CHECKING:
     from tritonpkg.repository.build import BuiltModel
@@ -34,12 +36,21 @@ class Release(BaseModel):
     min_requests: int | None = Field(default=None, ge=0, description="the spec's gate minimum; None: the default")
     unit_port_base: int | None = Field(default=None, description="the spec's; None: the driver's or none")
     schema_: iodiff.Schema | None = Field(default=None, alias="schema")
+    adapter_facts: adapters.AdapterFacts | adapters.Refusal | None = Field(
+        default=None, description="what an adapter rollout compares, or why it cannot; None: read from the "
+                                  "repository when the release is made")
 
     model_config = {"populate_by_name": True}
 
     _spec: Spec | None = PrivateAttr(default=None)
     _models: list[BuiltModel] | None = PrivateAttr(default=None)  # the spec's, until written
-    _files: dict[str, bytes] | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _read_adapter_facts(self) -> Release:
+        """A packaged repository's facts, read once as the release is made (a spec's come from its built files)."""
+        if self.adapter_facts is None:
+            self.adapter_facts = adapters.read_facts(self.repository, self.model, self.version)
+        return self
 
     @property
     def spec(self) -> Spec | None:
@@ -51,11 +62,9 @@ class Release(BaseModel):
         """Its repository is on disk (a packaged one always is)."""
         return self._models is None
 
-    def files(self) -> dict[str, bytes]:
-        """The main model's config.pbtxt and version files, repository-relative (adapters.facts compares them)."""
-        if self._files is None:
-            self._files = adapters.repository_files(self.repository, self.model, self.version)
-        return self._files
+    @property
+    def version_dir(self) -> Path:
+        return self.repository / self.model / str(self.version)
 
 
 def release_from(source: str | Path, workdir: Path, strategy: str | None = None) -> Release:
@@ -78,9 +87,16 @@ def release_from(source: str | Path, workdir: Path, strategy: str | None = None)
                       smoke_request=d.smoke_request, traffic_steps=d.traffic_steps, replicas=d.replicas, gpus=d.gpus,
                       weights=spec.weights_location(), target_release=spec.target_release,
                       strategy=strategy or d.strategy, min_requests=d.min_requests, unit_port_base=d.unit_port_base,
-                      schema_=iodiff.from_config(main.config, spec.version))
-    release._spec, release._models, release._files = spec, models, dict(main.files)
+                      schema_=iodiff.from_config(main.config, spec.version), adapter_facts=_facts(main, spec.version))
+    release._spec, release._models = spec, models
     return release
+
+
+def _facts(main: BuiltModel, version: int) -> adapters.AdapterFacts | adapters.Refusal:
+    try:
+        return adapters.facts(main.name, version, main.files)
+    except (ValueError, TritonpkgError) as exc:
+        return adapters.Refusal(why=[f"the releases cannot be compared: {exc}"])
 
 
 def build(release: Release) -> Release:
