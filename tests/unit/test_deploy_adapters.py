@@ -82,7 +82,7 @@ def test_the_three_lists_load_beside_then_move_the_names_then_drop_the_old():
 @pytest.fixture
 def live_unit(tmp_path):
     """A store whose unit m-blue serves the packaged v1 (one adapter, a), as a local deploy records it (the facts
-    of its release among them: planning compares those, never the files)."""
+    of its release and the list it serves among them: planning compares those, never the files)."""
     first = release_from(spec(tmp_path, 1, {"a": adapter(tmp_path / "a1", 1)}), tmp_path / "work")
     repo = tmp_path / "work" / "releases" / "v1"
     package_spec(first.spec, repo)
@@ -92,7 +92,8 @@ def live_unit(tmp_path):
     assert isinstance(first.adapter_facts, ad.AdapterFacts) and first.adapter_facts == ad.read_facts(repo, MODEL, 1)
     store.update_unit(MODEL, "bot-blue", endpoints={**Endpoints(repository=str(repo), serving_repository=str(repo),
                                                                 name="bot-blue", http_url="http://u").facts(),
-                                                    "adapter_facts": first.adapter_facts.model_dump()})
+                                                    "adapter_facts": first.adapter_facts.model_dump(),
+                                                    "adapters": ad.served_list(repo / MODEL / "1")})
     return store, repo
 
 

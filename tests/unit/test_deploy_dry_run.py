@@ -14,7 +14,7 @@ import yaml
 from typer.testing import CliRunner
 
 from tritonpkg.cli import app
-from tritonpkg.deploy.adapters import AdapterFacts, read_facts
+from tritonpkg.deploy.adapters import AdapterFacts, read_facts, served_list
 from tritonpkg.deploy.driver import Endpoints
 from tritonpkg.deploy.plan import Unit
 from tritonpkg.deploy.state import StateStore
@@ -101,7 +101,8 @@ def test_a_dry_run_writes_nothing_but_its_manifests(tmp_path: Path, monkeypatch:
     assert isinstance(facts, AdapterFacts)
     store.update_unit(MODEL, "bot-blue", endpoints={**Endpoints(repository=str(repo), serving_repository=str(repo),
                                                                 name="bot-blue", http_url="http://u").facts(),
-                                                    "adapter_facts": facts.model_dump()})
+                                                    "adapter_facts": facts.model_dump(),
+                                                    "adapters": served_list(repo / MODEL / "1")})
     store.set_deployment(MODEL, alias="bot-blue", strategy="red-black")
     write_spec(cwd / "v2", 2, seed=2)
     before, before_state = listing(cwd), listing(state)

@@ -7,7 +7,8 @@ still fits the live engine, a higher one does not). An adapter's identity is its
 the version) or its source URL (a remote one: a new revision is a new URL). The lists a rollout writes are
 computed here too. Each side's facts are taken once: the release's when it is made (release.py), the live unit's
 as recorded when it was provisioned, so planning compares recorded facts and reads no other release's files;
-reading files is the only effect, in `read_facts`, `repository_files` and `served_list`."""
+reading files is the only effect, in `read_facts`, `repository_files` and `served_list` (a local unit's list, read
+by its driver when it starts the unit)."""
 
 from __future__ import annotations
 
@@ -159,8 +160,8 @@ class Refusal(BaseModel):
 def candidate(current: Unit | None, recorded: Mapping[str, Any], supported: bool,
               new: AdapterFacts | Refusal | None, version_dir: Path) -> Lists | Refusal:
     """The rollout of a release (its facts `new`, packaged in `version_dir`) into the `current` unit (`recorded`: its
-    facts), or why there is none. A unit is a candidate only where its target can change a running unit's adapters,
-    it records the facts of the release it serves, and the list it serves is one that every replica follows; where
+    facts), or why there is none. A unit is a candidate only where its target can change a running unit's adapters
+    and it records the facts of the release it serves and the list it serves, one that every replica follows; where
     it is not, or LoRA is off, the refusal is quiet (nothing to explain)."""
     why = []
     if current is None:
@@ -171,12 +172,10 @@ def candidate(current: Unit | None, recorded: Mapping[str, Any], supported: bool
         why = ["LoRA is off in the new release"]
     elif not isinstance(recorded.get("adapter_facts"), dict):
         why = [f"{current.name} records no adapter facts"]
-    elif recorded.get("adapter_list"):  # kubernetes: every pod follows the unit's list, whatever the replicas
-        why = [] if isinstance(recorded.get("adapters"), dict) else [f"{current.name} records no adapter list"]
-    elif current.replicas != 1:
+    elif not isinstance(recorded.get("adapters"), dict):
+        why = [f"{current.name} records no adapter list it serves"]
+    elif not recorded.get("adapter_list") and current.replicas != 1:  # kubernetes: every pod follows the unit's list
         why = [f"{current.name} runs {current.replicas} replicas (adapter rollouts change one)"]
-    elif not recorded.get("serving_repository"):
-        why = [f"{current.name} records no serving repository or adapter list"]
     if why or current is None:
         return Refusal(why=why, quiet=True)
     if not isinstance(new, AdapterFacts):
@@ -191,9 +190,8 @@ def candidate(current: Unit | None, recorded: Mapping[str, Any], supported: bool
 def rollout(unit: str, live: AdapterFacts, recorded: Mapping[str, Any], new: AdapterFacts,
             version_dir: Path) -> Lists | Refusal:
     """The lists that roll release `new` (packaged in `version_dir`) into the live `unit` (the facts `live` of the
-    release it serves, the facts `recorded` of it: the adapters of an earlier rollout, and where its served list
-    is: the list its driver recorded, or its own multi_lora.json), or why not. The served list is read only once
-    the rollout needs it."""
+    release it serves; the facts `recorded` of it: the list it serves, as its driver recorded it when it started the
+    unit and the executor after each rollout, and the adapters of an earlier rollout), or why not."""
     if not (live.lora and new.lora):
         return Refusal(why=["LoRA is off in the " + ("live" if not live.lora else "new") + " release"], quiet=True)
     live = live.model_copy(update={"adapters": dict(recorded.get("adapter_ids") or live.adapters)})
@@ -203,8 +201,7 @@ def rollout(unit: str, live: AdapterFacts, recorded: Mapping[str, Any], new: Ada
         why.append(f"version {new.version} is not above the live adapters' {released}")
     if why:
         return Refusal(why=why)
-    served = (dict(recorded["adapters"]) if recorded.get("adapter_list") else
-              served_list(Path(recorded["serving_repository"]) / new.model / str(live.version)))
+    served = dict(recorded.get("adapters") or {})
     folders = {name: str(version_dir / loc.removeprefix("./")) if loc.startswith("./") else loc
                for name, loc in new.listing.items()}
     lists = rollout_lists(served, live.adapters, folders, new.adapters, new.version)

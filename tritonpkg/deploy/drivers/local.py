@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tritonpkg import version_files
-from tritonpkg.deploy import state
+from tritonpkg.deploy import adapters, state
 from tritonpkg.deploy.checks import check_adapter, check_triton
 from tritonpkg.deploy.driver import AdapterRollouts, Driver, Endpoints, Entry, OnStarted
 from tritonpkg.deploy.drivers import haproxy, processes, unit_watch
@@ -185,7 +185,8 @@ class LocalDriver:
                        grpc_url=server.grpc_url, metrics_url=server.metrics_url, log=str(log),
                        repository=str(repo), serving_repository=str(stack.repository), unit_dir=str(unit_dir),
                        weights=[{"source": w.source, "path": w.path, "kind": w.kind} for w in stack.weights])
-        for key, value in {**watch, "stop_file": stop_file}.items():  # the local target's own facts (extra fields)
+        served = _served(stack.repository, model, unit.version)
+        for key, value in {**watch, "stop_file": stop_file, "adapters": served}.items():  # the target's own facts
             if value is not None:
                 setattr(ep, key, value)
         return ep
@@ -346,6 +347,18 @@ def serving_copy(repository: Path, dest: Path) -> Path:
 
     shutil.copytree(repository, dest, symlinks=True, copy_function=link_or_copy)
     return dest
+
+
+def _served(serving: Path | None, model: str, version: int) -> dict[str, str] | None:
+    """The adapter list a unit starts serving (its copy's multi_lora.json, folders absolute): what an adapter rollout
+    into it starts from. None where it has no list, or one that is not name -> folder."""
+    version_dir = Path(serving or "") / model / str(version)
+    if serving is None or not (version_dir / version_files.MULTI_LORA).is_file():
+        return None
+    try:
+        return adapters.served_list(version_dir)
+    except TritonpkgError:
+        return None
 
 
 def _announce_stop(folder: Path | None, ep: Endpoints) -> None:
