@@ -142,21 +142,25 @@ def dry_run(store: StateStore, release: Release, target: str, out: Path | None =
     store: store_at(state, read_only=True)); for kubernetes the release is packaged into a temporary folder, its
     archive made and its manifests validated (written to `out`, each 0600: the Secret's key is among them, with
     the archive to put where the manifests fetch it from)."""
-    if target != "kubernetes":
-        return DryRun(plan=plan_release(store, release, adapter_rollouts=target == "local",
-                                        adapter_grace_s=adapter_grace_s))
-    import shutil
+    import contextlib
     import tempfile
 
-    from tritonpkg.deploy.drivers import kubernetes as k8s
-    from tritonpkg.deploy.drivers import package_store
-
     k = kubernetes or KubernetesOptions()
-    with tempfile.TemporaryDirectory(prefix="tritonpkg-dry-run-") as scratch:
-        if not release.built:  # a spec's files, packaged here; a packaged repository is read where it is
-            release = build(release.model_copy(update={"repository": Path(scratch) / "repository"}))
-        check_target(release, target, k)  # the spec and its packaged files
-        plan = plan_release(store, release, adapter_rollouts=True, adapter_grace_s=adapter_grace_s)
+    folder = tempfile.TemporaryDirectory(prefix="tritonpkg-dry-run-") if target == "kubernetes" else None
+    with folder or contextlib.nullcontext() as scratch:
+        if scratch and not release.built:  # a spec's files, packaged there; a packaged repository is read where it is
+            release = release.model_copy(update={"repository": Path(scratch) / "repository"})
+        plan = plan_release(store, release, adapter_rollouts=target in ("local", "kubernetes"),
+                            adapter_grace_s=adapter_grace_s)  # as deploy: planned before anything is written
+        if not scratch:
+            return DryRun(plan=plan)
+        import shutil
+
+        from tritonpkg.deploy.drivers import kubernetes as k8s
+        from tritonpkg.deploy.drivers import package_store
+
+        release = build(release)
+        check_target(release, target, k)  # the spec and its packaged files, before its archive is made
         archive_file = Path(scratch) / "package.tar.gz"
         ref = package_store.archive_ref(package_store.check_store(k.package_store), release.model, release.version,
                                         package_store.write_archive(release, archive_file))
