@@ -158,20 +158,21 @@ class Executor:
         return self.limits.model_copy(update={"min_requests": release.min_requests})
 
     def gc(self, model: str, grace_s: float, now: float | None = None) -> list[str]:
-        """Retire idle superseded versioned units (see plan_gc); returns the retired unit names. A unit whose
-        success count grew since the last look was active now."""
+        """Retire idle superseded versioned units (see plan_gc); returns the retired unit names. One read of the
+        state: a unit whose success count grew since the last look was active now, and gc plans on that."""
         now = time.time() if now is None else now
+        snap = self._sync(model)
         active = {}
-        for row in self._sync(model).rows:
+        for row in snap.rows:
             if row["status"] == "retired" or "metrics_url" not in row["endpoints"]:
                 continue
             seen = self._sample(model, Endpoints.of(row["endpoints"])).success  # 0 where no metrics are reachable
             if seen > (Recorded.model_validate(row["endpoints"]).seen or 0.0):
                 active[row["name"]] = {**row["endpoints"], "seen": seen}
+        units = [u.model_copy(update={"last_active": now}) if u.name in active else u for u in snap.live.units]
+        steps = plan_gc(snap.live.model_copy(update={"units": units}), now, grace_s)
         for name, endpoints in active.items():
             self.store.update_unit(model, name, last_active=now, endpoints=endpoints)
-        live = self.store.live(model)
-        steps = plan_gc(live, now, grace_s)
         for step in steps:
             self._do(model, step, None)
         return [s.unit for s in steps if s.kind == "retire" and s.unit]
