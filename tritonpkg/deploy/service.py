@@ -74,8 +74,7 @@ def check_target(release: Release, target: str, kubernetes: KubernetesOptions | 
         return
     from tritonpkg.deploy.drivers import package_store
 
-    package_store.check_store((kubernetes or KubernetesOptions()).package_store)
-    package_store.host_paths(release, release.spec.deployment.volumes if release.spec else [])
+    package_store.check(release, (kubernetes or KubernetesOptions()).package_store)
 
 
 def target_of(store: StateStore, model: str) -> str:

@@ -374,8 +374,7 @@ class KubernetesDriver:
         self.model = model
         deployment = release.spec.deployment if release.spec is not None else None
         volumes = deployment.volumes if deployment else []
-        store_mod.host_paths(release, volumes)
-        store = store_mod.check_store(self.package_store)
+        store = store_mod.check(release, self.package_store)
         with tempfile.TemporaryDirectory(prefix="tritonpkg-archive-") as scratch:
             path = Path(scratch) / "package.tar.gz"
             sha = store_mod.write_archive(release, path)

@@ -2,8 +2,8 @@
 storage, under a key named by its sha256 (a restarted pod fetches exactly the archive its manifest names), so
 no API object carries the repository and no size limit of the API server applies.
 
-Pure parts (`ArchiveRef`, `archive_ref`, `host_paths`) say where things go and what is refused; `write_archive`
-and `upload` are the effects."""
+Pure parts (`ArchiveRef`, `archive_ref`, `check` with `host_paths`) say where things go and what is refused;
+`write_archive` and `upload` are the effects."""
 
 from __future__ import annotations
 
@@ -92,6 +92,15 @@ def host_paths(release: Release, volumes: Sequence[Volume]) -> None:
                 raise TritonpkgError(f"{value!r} is a folder of this host, which a pod does not have", file=path,
                                      field=field, expected="a remote source (s3://, hf://), a folder inside the "
                                                            "package, or a path under a declared volume")
+
+
+def check(release: Release, store: str | None) -> str:
+    """What a pod needs, refused before anything is written: a package store to fetch the release from
+    (check_store; returned as archive_ref takes it), and no weights or adapters that name a folder of this host
+    (host_paths, against the spec's deployment.volumes)."""
+    store = check_store(store)
+    host_paths(release, release.spec.deployment.volumes if release.spec is not None else [])
+    return store
 
 
 def write_archive(release: Release, path: Path) -> str:
