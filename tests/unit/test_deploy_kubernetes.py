@@ -15,6 +15,7 @@ import types
 
 import pytest
 
+from tritonpkg.deploy.adapters import read_facts
 from tritonpkg.deploy.drivers import kubernetes as k8s
 from tritonpkg.deploy.drivers import package_store
 from tritonpkg.deploy.executor import Executor, Release
@@ -446,7 +447,7 @@ def lora_release(tmp_path, version: int, adapters: dict[str, bytes], replicas: i
         (vdir / "adapters" / name / "adapter_model.safetensors").write_bytes(weights)
     (repo / "tritonpkg.lock.json").write_text('{"models": {}}')
     return Release(model="m", version=version, repository=repo, traffic_steps=[100], replicas=replicas,
-                   weights="s3://models/m/rev1", strategy="auto")
+                   weights="s3://models/m/rev1", strategy="auto", adapter_facts=read_facts(repo, "m", version))
 
 
 def configmap_list(cluster, unit="m-blue") -> dict:

@@ -77,5 +77,6 @@ def test_the_plan_and_the_build_take_the_files_built_in_memory(tmp_path: Path, c
     built = build(release)
     assert built.built and build(built) is built  # written once
     assert built.adapter_facts == facts == read_facts(built.repository, "sentiment", 1)  # the files as written
+    assert release_from(built.repository, tmp_path / "work").adapter_facts == facts  # a packaged one: read once
     assert dict(calls) == {"load_spec": 1, "build_models": 1, "package_spec": 1}
     assert built.schema_ is not None and [t.name for t in built.schema_.inputs] == ["TEXT"]

@@ -168,6 +168,8 @@ def candidate(current: Unit | None, recorded: Mapping[str, Any], supported: bool
         why = ["no live unit"]
     elif not supported:
         why = ["this target cannot change a running unit's adapters"]
+    elif new is None:
+        why = ["the release's adapter facts were not read"]
     elif isinstance(new, AdapterFacts) and not new.lora:
         why = ["LoRA is off in the new release"]
     elif not isinstance(recorded.get("adapter_facts"), dict):
@@ -178,8 +180,8 @@ def candidate(current: Unit | None, recorded: Mapping[str, Any], supported: bool
         why = [f"{current.name} runs {current.replicas} replicas (adapter rollouts change one)"]
     if why or current is None:
         return Refusal(why=why, quiet=True)
-    if not isinstance(new, AdapterFacts):
-        return new or Refusal(why=["the release's adapter facts were not read"])
+    if not isinstance(new, AdapterFacts):  # the release's files could not be read: why
+        return new or Refusal(why=[], quiet=True)
     try:
         live = AdapterFacts.model_validate(recorded["adapter_facts"])
     except ValueError as exc:

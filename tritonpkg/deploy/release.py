@@ -1,7 +1,7 @@
 """What one deploy brings, built once. A spec is loaded once and its models built once, in memory: the I/O
 schema comes from the built config, the adapter facts from the built files, and `build` writes them once
-into the release's repository folder. An already packaged repository is read as it is, its adapter facts when the
-release is made. Planning reads these facts from the release and never goes back to its files."""
+into the release's repository folder. An already packaged repository is read as it is, its adapter facts once,
+by release_from. Planning reads these facts from the release and never goes back to its files."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, Field, PrivateAttr
 
 from tritonpkg import compat
 from tritonpkg.deploy import adapters, iodiff
@@ -37,20 +37,13 @@ class Release(BaseModel):
     unit_port_base: int | None = Field(default=None, description="the spec's; None: the driver's or none")
     schema_: iodiff.Schema | None = Field(default=None, alias="schema")
     adapter_facts: adapters.AdapterFacts | adapters.Refusal | None = Field(
-        default=None, description="what an adapter rollout compares, or why it cannot; None: read from the "
-                                  "repository when the release is made")
+        default=None, description="what an adapter rollout compares, or why it cannot (release_from sets it); "
+                                  "None: not read, no adapter rollout")
 
     model_config = {"populate_by_name": True}
 
     _spec: Spec | None = PrivateAttr(default=None)
     _models: list[BuiltModel] | None = PrivateAttr(default=None)  # the spec's, until written
-
-    @model_validator(mode="after")
-    def _read_adapter_facts(self) -> Release:
-        """A packaged repository's facts, read once as the release is made (a spec's come from its built files)."""
-        if self.adapter_facts is None:
-            self.adapter_facts = adapters.read_facts(self.repository, self.model, self.version)
-        return self
 
     @property
     def spec(self) -> Spec | None:
@@ -77,7 +70,8 @@ def release_from(source: str | Path, workdir: Path, strategy: str | None = None)
     if src.is_dir() and (src / "tritonpkg.lock.json").is_file():
         model_dir, version = iodiff.repository_model(src)
         return Release(model=model_dir.name, version=version, repository=src.absolute(),
-                       strategy=strategy or "auto", schema_=iodiff.load(model_dir))
+                       strategy=strategy or "auto", schema_=iodiff.load(model_dir),
+                       adapter_facts=adapters.read_facts(src, model_dir.name, version))
     spec = load_spec(src)
     models = build_models(spec)
     main = next((m for m in models if m.name == spec.name), models[0])
