@@ -2,8 +2,11 @@
 # Build logits_ext's libFuzzer target (fuzz_engine.cpp: the engine with ASan + UBSan, clang's libFuzzer) and run
 # it: bash logits_ext/fuzz/run.sh [--seconds N] [--build-only]  (default 60 s). The saved corpus
 # (logits_ext/fuzz/corpus/: each input a campaign found, kept as a regression case) is replayed first; new
-# coverage goes to build/corpus/ (not in git); a crashing input is written to crashes/ and the script exits
-# non-zero. CI runs a few seconds of it (tests/fuzz/test_logits_fuzz.py).
+# coverage goes to the build folder's corpus/ (not in git); a crashing input is written to crashes/ and the script
+# exits non-zero. CI runs a few seconds of it (tests/fuzz/test_logits_fuzz.py).
+# The build lives outside the checkout, named by a hash of its sources, compiler and Python
+# ($TRITONPKG_FUZZ_BUILD, default ~/.cache/tritonpkg/fuzz/<hash>): a fresh clone (CI's) reuses it instead of
+# spending half a minute compiling with ASan, and a changed source or compiler gets a build of its own.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -22,10 +25,12 @@ PY=${PYTHON:-"$root/.venv/bin/python"}
 read -r pyinc pylibdir pyver pybind <<<"$("$PY" -c 'import sysconfig, pybind11
 print(sysconfig.get_paths()["include"], sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("LDVERSION"),
       pybind11.get_include())')"
-build="$here/build"
+key="$(cat "$here/fuzz_engine.cpp" "$root"/logits_ext/src/* "$0" | sha256sum | cut -c1-16)"
+key="$key-$("$CXX" --version | head -1 | sha256sum | cut -c1-8)-py$pyver"
+build="${TRITONPKG_FUZZ_BUILD:-${XDG_CACHE_HOME:-$HOME/.cache}/tritonpkg/fuzz/$key}"
 mkdir -p "$build/corpus" "$here/corpus" "$here/crashes"
 bin="$build/fuzz_engine"
-if [ ! -x "$bin" ] || [ "$here/fuzz_engine.cpp" -nt "$bin" ] || [ "$root/logits_ext/src/engine.cpp" -nt "$bin" ]; then
+if [ ! -x "$bin" ]; then
   "$CXX" -std=c++17 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
     -fno-sanitize-recover=undefined -I"$pybind" -I"$pyinc" "$here/fuzz_engine.cpp" \
     -L"$pylibdir" -lpython"$pyver" -Wl,-rpath,"$pylibdir" -o "$bin.tmp"

@@ -33,7 +33,7 @@ def _clang() -> str:
 
 
 def test_libfuzzer_smoke():
-    """Builds the ASan/UBSan target (cached in logits_ext/fuzz/build/) and runs it for a few seconds."""
+    """Builds the ASan/UBSan target (cached by its sources' hash: logits_ext/fuzz/run.sh) and runs it a few seconds."""
     env = {**os.environ, "CXX": _clang()}
     out = subprocess.run(["bash", str(RUN), "--seconds", SMOKE_SECONDS], capture_output=True, text=True, env=env,
                          timeout=900, check=False)
