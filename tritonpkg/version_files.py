@@ -83,13 +83,20 @@ def read_adapter_list(version: Path) -> dict[str, Any]:
     return adapter_list(boundedio.read_file(version / MULTI_LORA, MAX_ADAPTER_LIST_BYTES))
 
 
+def read_served(version: Path) -> dict[str, Any]:
+    """The backend's acknowledgement of the list it last applied: its sha256, what it serves, what it refused."""
+    ack = _json(boundedio.read_file(version / SERVED, MAX_ADAPTER_LIST_BYTES))
+    if not isinstance(ack, dict):
+        raise NotAnObjectError("not a JSON object acknowledging an adapter list")
+    return ack
+
+
 def served_digest(version: Path) -> str | None:
     """The sha256 of the adapter list the backend last applied, from its acknowledgement (None: none readable)."""
     try:
-        ack = _json(boundedio.read_file(version / SERVED, MAX_ADAPTER_LIST_BYTES))
+        digest = read_served(version).get("list_sha256")
     except (OSError, ValueError):
         return None
-    digest = ack.get("list_sha256") if isinstance(ack, dict) else None
     return digest if isinstance(digest, str) else None
 
 

@@ -15,6 +15,7 @@ import types
 
 import pytest
 
+from tritonpkg import version_files
 from tritonpkg.deploy.adapters import read_facts
 from tritonpkg.deploy.drivers import kubernetes as k8s
 from tritonpkg.deploy.drivers import package_store
@@ -319,6 +320,19 @@ def test_a_packaged_repository_naming_a_host_folder_is_refused(tmp_path):
         package_store.host_paths(rel, [])
     assert exc.value.field == "b"
     package_store.host_paths(rel, [Volume(claim="srv", mount="/srv")])
+
+
+def test_a_packaged_adapter_list_is_read_by_the_one_bounded_reader(tmp_path):
+    """The list a pod would apply is read as serve, the frontend and validate read it (version_files)."""
+    rel = release(tmp_path, 1)
+    listing = rel.repository / "m" / "1" / "multi_lora.json"
+    listing.write_bytes(b'{"a": "' + b"x" * version_files.MAX_ADAPTER_LIST_BYTES + b'"}')
+    with pytest.raises(TritonpkgError, match="larger than") as exc:
+        package_store.host_paths(rel, [])
+    assert str(exc.value.file).endswith("m/1/multi_lora.json")
+    listing.write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    with pytest.raises(TritonpkgError, match="nested too deeply"):
+        package_store.host_paths(rel, [])
 
 
 def test_red_black_makes_these_api_calls_in_this_order(tmp_path, store):

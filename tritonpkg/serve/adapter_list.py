@@ -210,7 +210,7 @@ class Follower:
                                      file=version / version_files.SERVED, field="adapters",
                                      expected="the toolkit's vLLM backend (it follows multi_lora.json)")
             time.sleep(0.2)
-        ack = json.loads(boundedio.read_file(version / version_files.SERVED, MAX_LIST_BYTES))
+        ack = version_files.read_served(version)
         return {"served": sorted(ack.get("served") or []), "refused": dict(ack.get("refused") or {})}
 
     def _served_version(self) -> Path:

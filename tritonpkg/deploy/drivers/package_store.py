@@ -8,7 +8,6 @@ Pure parts (`ArchiveRef`, `archive_ref`, `check` with `host_paths`) say where th
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import tempfile
 from collections.abc import Sequence
@@ -17,14 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from tritonpkg import boundedio
+from tritonpkg import version_files
 from tritonpkg.errors import TritonpkgError
 
 if TYPE_CHECKING:
     from tritonpkg.deploy.release import Release
     from tritonpkg.spec import Volume
 
-MAX_LIST_BYTES = 16 << 20
 _STORE = re.compile(r"s3://[a-z0-9.\-]{3,63}(/[A-Za-z0-9_.\-/]*)?")
 
 
@@ -77,21 +75,28 @@ def host_paths(release: Release, volumes: Sequence[Volume]) -> None:
     repo = release.repository
     if not release.built or not repo.is_dir():  # a spec not yet written: checked again once it is
         return
-    for path in sorted(repo.glob("*/*/model.json")) + sorted(repo.glob("*/*/multi_lora.json")):
-        try:
-            data = json.loads(boundedio.read_file(path, MAX_LIST_BYTES))
-        except (OSError, ValueError) as exc:
-            raise TritonpkgError(f"cannot read it: {exc}", file=path, expected="a JSON object") from None
-        if not isinstance(data, dict):
-            continue
-        entries = {"model": data.get("model")} if path.name == "model.json" else data
-        for field, value in entries.items():
-            if not isinstance(value, str) or "://" in value:
+    readers = ((version_files.ENGINE_ARGS, version_files.read_engine_args),
+               (version_files.MULTI_LORA, version_files.read_adapter_list))
+    for name, read in readers:
+        for version in version_files.version_folders(repo, name):
+            try:
+                data = read(version)
+            except version_files.NotAnObjectError:
                 continue
-            if value.startswith(("/", "~")) and not _under(value, volumes):
-                raise TritonpkgError(f"{value!r} is a folder of this host, which a pod does not have", file=path,
-                                     field=field, expected="a remote source (s3://, hf://), a folder inside the "
-                                                           "package, or a path under a declared volume")
+            except (OSError, ValueError) as exc:
+                raise TritonpkgError(f"cannot read it: {exc}", file=version / name, expected="a JSON object") from None
+            _refuse_host_folders(version / name, {"model": data.get("model")} if name == version_files.ENGINE_ARGS
+                                 else data, volumes)
+
+
+def _refuse_host_folders(path: Path, entries: dict[str, Any], volumes: Sequence[Volume]) -> None:
+    for field, value in entries.items():
+        if not isinstance(value, str) or "://" in value:
+            continue
+        if value.startswith(("/", "~")) and not _under(value, volumes):
+            raise TritonpkgError(f"{value!r} is a folder of this host, which a pod does not have", file=path,
+                                 field=field, expected="a remote source (s3://, hf://), a folder inside the "
+                                                       "package, or a path under a declared volume")
 
 
 def check(release: Release, store: str | None) -> str:
