@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from tests.support import schedule, skip_guard
+from tests.support.engine_layout import CPU_LAYOUT, GPU_LAYOUT, VLLM_MP
 from tests.support.validate_repos import FIXTURE_BACKENDS
 from tritonpkg.devtools.s3 import MotoS3
 
@@ -60,6 +61,14 @@ def fixture_backends(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRITONPKG_NO_LIVE_VLLM", "1")
 
 
+@pytest.fixture(scope="module")
+def vllm_cpu_layout() -> Iterator[None]:
+    """vLLM's CPU layout (the worker in a process of its own) for the engines a module starts."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(VLLM_MP, CPU_LAYOUT)
+        yield
+
+
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoS3]:
     """A real S3 API (moto's server on loopback), one per test session."""
@@ -86,6 +95,7 @@ def _workers_share(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    os.environ.setdefault(VLLM_MP, GPU_LAYOUT)  # tests/support/engine_layout.py; 1 gives the CPU layout throughout
     if _workers_share(config) and "PYTEST_XDIST_WORKER" not in os.environ:
         config.stash[_GROUPS] = schedule.prepare_controller()
 

@@ -18,6 +18,7 @@ import yaml
 
 from tests.differential.corpus import build_cases
 from tests.differential.run import Outcome, run_corpus
+from tests.support.engine_layout import CPU_LAYOUT, VLLM_MP
 from tests.support.mock_stream import add_pythonic_mocks, add_streaming_mock
 from tests.support.paths import EXAMPLES
 from tests.support.repositories import make_tiny_llm, package_tiny_llm_and_minilm
@@ -141,7 +142,8 @@ def vllm_servers(vllm_repo: Path, vllm_metrics_dir: Path) -> Iterator[Shared[Tri
     shared = Shared(lambda: TritonServer(
         vllm_repo, runtime=ensure_runtime(), startup_timeout=600, model_control="explicit",
         load_models=list(VLLM_MODELS),
-        env={"VLLM_CPU_KVCACHE_SPACE": "1", "PROMETHEUS_MULTIPROC_DIR": str(vllm_metrics_dir)}))
+        env={"VLLM_CPU_KVCACHE_SPACE": "1", "PROMETHEUS_MULTIPROC_DIR": str(vllm_metrics_dir),
+             VLLM_MP: CPU_LAYOUT}))  # vLLM's CPU layout: its modules see the worker process a CPU user gets
     SHARED["vllm_server"] = shared
     yield shared
     shared.release()

@@ -18,6 +18,7 @@ import urllib.request
 
 import pytest
 
+from tests.support.engine_layout import CPU_LAYOUT, VLLM_MP
 from tests.support.procs import group_pids
 from tests.support.repositories import make_tiny_llm, package_tiny_llm
 
@@ -258,10 +259,11 @@ def test_sigterm_drains_streams_refuses_new_ones_and_cuts_at_the_drain_timeout(t
     assert group_pids(pgid) == []
 
 
-def test_exit_policy_reports_the_death_and_leaves_nothing_running(tmp_path, tiny_llm_weights):
+def test_exit_policy_reports_the_death_and_leaves_nothing_running(tmp_path, tiny_llm_weights, monkeypatch):
     """The CPU worker process killed apart from its EngineCore: seen as a death, and `exit` ends the stack."""
     import tritonclient.grpc as grpcclient
 
+    monkeypatch.setenv(VLLM_MP, CPU_LAYOUT)  # vLLM's CPU layout, its worker a process of its own
     stack = _start(tmp_path, tiny_llm_weights, "exit")
     pgid = stack.server.pgid
     try:

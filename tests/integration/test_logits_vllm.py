@@ -15,7 +15,8 @@ import random
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600),
+              pytest.mark.usefixtures("vllm_cpu_layout")]  # the offline engine in processes of its own, not in pytest's
 pytest.importorskip("tritonpkg_logits._core", reason="logits_ext is not built (scripts/setup.sh builds it)")
 vllm = pytest.importorskip("vllm")
 
