@@ -32,9 +32,9 @@ ENV = "TRITONPKG_TEST_GROUPS"
 """The folder where the workers publish their tables, set by the controller for the workers it starts."""
 
 SESSION_SERVERS = ("vllm_server", "python_server", "corpus_outcomes")
+"""Session fixtures too costly to start once per worker: their users form one group."""
 ALONE = "alone:"
 """The group-name prefix of a module marked `alone`."""
-"""Session fixtures too costly to start once per worker: their users form one group."""
 
 SECONDS: dict[str, float] = {
     "vllm_server": 327, "tests/integration/test_docker_container_view.py": 245,

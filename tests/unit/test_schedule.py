@@ -45,7 +45,8 @@ def _run(tmp_path: Path, modules: dict[str, str]) -> list[tuple[str, str, float,
         probes.append(path)
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "TRITONPKG_TEST_GROUPS"))}
-        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
+        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # xdist alone: the installed plugins' imports are most of a start
+        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "xdist", "-n", "2",
                               "--dist", "loadgroup", "--no-loadscope-reorder", *map(str, probes)],
                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=180, check=False)
     finally:

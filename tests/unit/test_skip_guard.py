@@ -36,7 +36,9 @@ def _run(tmp_path: Path, body: str, guard: bool, *args: str) -> subprocess.Compl
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}  # this run's own workers
         env[skip_guard.ENV] = "1" if guard else "0"
-        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, str(test)],
+        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # xdist alone: the installed plugins' imports are most of a start
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "xdist", *args,
+                               str(test)],
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
     finally:
         test.unlink()
