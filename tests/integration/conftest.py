@@ -22,6 +22,7 @@ from tests.support.engine_layout import CPU_LAYOUT, VLLM_MP
 from tests.support.mock_stream import add_pythonic_mocks, add_streaming_mock
 from tests.support.paths import EXAMPLES
 from tests.support.repositories import make_tiny_llm, package_tiny_llm_and_minilm
+from tests.support.servers import FIXTURE_EXIT_TIMEOUT_S
 from tests.support.shared import Shared
 from tritonpkg.deploy.drivers.haproxy import ProxyError, find_haproxy
 from tritonpkg.repository import package_spec
@@ -90,7 +91,8 @@ def python_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def python_server(python_repo: Path) -> Iterator[TritonServer]:
-    with TritonServer(python_repo, runtime=ensure_runtime(), startup_timeout=180) as server:
+    with TritonServer(python_repo, runtime=ensure_runtime(), startup_timeout=180,
+                      exit_timeout=FIXTURE_EXIT_TIMEOUT_S) as server:
         yield server
 
 
@@ -141,6 +143,7 @@ def vllm_servers(vllm_repo: Path, vllm_metrics_dir: Path) -> Iterator[Shared[Tri
     """Explicit model control (a dead engine can unload its model), both models loaded at start."""
     shared = Shared(lambda: TritonServer(
         vllm_repo, runtime=ensure_runtime(), startup_timeout=600, model_control="explicit",
+        exit_timeout=FIXTURE_EXIT_TIMEOUT_S,
         load_models=list(VLLM_MODELS),
         env={"VLLM_CPU_KVCACHE_SPACE": "1", "PROMETHEUS_MULTIPROC_DIR": str(vllm_metrics_dir),
              VLLM_MP: CPU_LAYOUT}))  # vLLM's CPU layout: its modules see the worker process a CPU user gets

@@ -21,6 +21,7 @@ import pytest
 
 from tests.support.encoders import make_cross_encoder, make_small_encoder
 from tests.support.paths import EXAMPLES
+from tests.support.servers import FIXTURE_EXIT_TIMEOUT_S
 
 pytestmark = pytest.mark.integration
 
@@ -90,7 +91,7 @@ def server(repo):
     from tritonpkg.runtime import TritonServer, ensure_runtime
 
     # libgomp prints its settings when torch loads it: the log shows what each model's stub got
-    with TritonServer(repo, runtime=ensure_runtime(), startup_timeout=180,
+    with TritonServer(repo, runtime=ensure_runtime(), startup_timeout=180, exit_timeout=FIXTURE_EXIT_TIMEOUT_S,
                       env={"OMP_DISPLAY_ENV": "VERBOSE"}) as server:
         yield server
 

@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, settings
 
 from tests.support.paths import EXAMPLES
 from tests.support.repositories import package_tiny_llm_and_minilm
+from tests.support.servers import FIXTURE_EXIT_TIMEOUT_S
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -73,7 +74,8 @@ def triton(repo, metrics_dir):
         mp.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
         mp.setenv("PROMETHEUS_MULTIPROC_DIR", str(metrics_dir))
         mp.setenv("TRITONPKG_VLLM_CANCEL_POLL", "0.05")  # the backend notices a cancelled request within 0.05 s
-        with TritonServer(repo, runtime=ensure_runtime(), startup_timeout=600) as srv:
+        with TritonServer(repo, runtime=ensure_runtime(), startup_timeout=600,
+                          exit_timeout=FIXTURE_EXIT_TIMEOUT_S) as srv:
             yield srv
 
 

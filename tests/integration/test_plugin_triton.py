@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from tests.support.paths import EXAMPLES, ROOT
+from tests.support.servers import FIXTURE_EXIT_TIMEOUT_S
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 pytest.importorskip("tritonpkg_logits._core", reason="logits_ext is not built (scripts/setup.sh builds it)")
@@ -65,7 +66,8 @@ def server(package, installed):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
-        with TritonServer(package / "repository", runtime=ensure_runtime(), startup_timeout=600) as srv:
+        with TritonServer(package / "repository", runtime=ensure_runtime(), startup_timeout=600,
+                          exit_timeout=FIXTURE_EXIT_TIMEOUT_S) as srv:
             yield srv
 
 

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.support.engine_layout import GPU_LAYOUT, VLLM_MP
 from tritonpkg.proc.group import own_group
 
 SYSTEM = ("usr", "bin", "lib", "lib64", "sbin", "etc")
@@ -114,8 +115,9 @@ def in_network(pid: int, argv: Sequence[str], timeout: float) -> subprocess.Comp
 
 def interpreter_env(venv_bin: Path, extra_path: Iterable[str] = ()) -> dict[str, str]:
     """The environment the image's ENV lines would give: the virtualenv first on PATH, this interpreter's libpython
-    first for the Python-backend stub (tritonpkg.runtime.environment's rule)."""
+    first for the Python-backend stub (tritonpkg.runtime.environment's rule). The vLLM engines run the layout the rest
+    of the suite runs (tests/support/engine_layout.py)."""
     libdir = sysconfig.get_config_var("LIBDIR") or ""
     return {"PATH": ":".join([str(venv_bin), *extra_path, "/usr/local/bin", "/usr/bin", "/bin"]),
             "LD_LIBRARY_PATH": ":".join(p for p in (libdir, f"{TRITON_HOME}/lib") if p),
-            "HOME": "/tmp", "LANG": "C.UTF-8", "VLLM_CPU_KVCACHE_SPACE": "1", "NO_COLOR": "1"}
+            "HOME": "/tmp", "LANG": "C.UTF-8", "VLLM_CPU_KVCACHE_SPACE": "1", "NO_COLOR": "1", VLLM_MP: GPU_LAYOUT}
