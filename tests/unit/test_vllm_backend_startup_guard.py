@@ -54,5 +54,12 @@ def test_a_parent_that_is_not_waiting_is_not_taken_for_one():
     finally:
         sys.path.remove(str(BACKEND))
     import os
+    import subprocess
 
-    assert parent_waits_for(os.getpid(), os.getppid()) in (False, None)
+    # a child of this process, which is not waiting for it (pytest's own parent may be: flock, timeout, a runner)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert parent_waits_for(child.pid, os.getpid()) in (False, None)
+    finally:
+        child.kill()
+        child.wait()
