@@ -32,10 +32,11 @@ if [ "$#" -eq 0 ]; then
   export TRITONPKG_LANES=1
   # A whole-suite run fails when a test that must run on these machines was skipped (tests/allowed_skips.txt).
   export TRITONPKG_SKIP_GUARD=1
-  # TRITONPKG_TEST_WORKERS=N: N pytest-xdist workers, each module (and each shared server's users) whole on one
-  # worker, longest first, the modules marked `alone` last with nothing beside them (tests/support/schedule.py).
-  # Serial by default: each two-worker rehearsal so far found a test that only fails under load (docs/testing.md).
-  workers="${TRITONPKG_TEST_WORKERS:-0}"
+  # Two pytest-xdist workers on a machine with two cores or more (TRITONPKG_TEST_WORKERS=N sets N, 0 runs serially):
+  # each module (and each shared server's users) whole on one worker, longest first, the modules marked `alone`
+  # last with only light modules beside them (tests/support/schedule.py, docs/testing.md).
+  cores=$(nproc 2>/dev/null || echo 1)
+  workers="${TRITONPKG_TEST_WORKERS:-$([ "$cores" -ge 2 ] && echo 2 || echo 0)}"
   if [ "$workers" != "0" ]; then set -- -n "$workers" --dist loadgroup --no-loadscope-reorder; fi
 fi
 # The slowest tests are listed at the end, so a run shows where the suite's minutes go.

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support import schedule
+
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = '''
@@ -74,15 +76,26 @@ def test_modules_stay_whole_and_a_shared_server_s_users_share_a_worker(tmp_path:
     assert len(seen) == 4 and len(set().union(*seen.values())) == 2, seen  # both workers had work
 
 
-def test_alone_modules_run_last_with_nothing_beside_them(tmp_path: Path) -> None:
+def test_alone_modules_run_with_no_heavy_module_beside_them(tmp_path: Path) -> None:
+    """The shared-server probe is heavy; the plain probes under tests/unit are light and may run beside."""
     rows = _run(tmp_path, {"a": "shared", "b": "", "c": "", "e": "alone", "f": "alone"})
     seen = _workers(rows)
     assert all(len(workers) == 1 for workers in seen.values()), seen
+    assert seen["e"] == seen["f"], seen  # one worker runs every alone module
     assert len(set().union(*seen.values())) == 2, seen  # the others still ran on two workers
-    alone = [r for r in rows if r[0] in "ef"]
-    others = [r for r in rows if r[0] not in "ef"]
-    assert len(alone) == 12 and len(others) == 18, rows
-    assert min(r[2] for r in alone) >= max(r[3] for r in others), rows  # every other test had ended
+    alone = sorted((r for r in rows if r[0] in "ef"), key=lambda r: r[2])
+    heavy = [r for r in rows if r[0] == "a"]
+    assert len(alone) == 12 and len(heavy) == 6 and len(rows) == 30, rows
+    assert min(r[2] for r in alone) >= max(r[3] for r in heavy), rows  # every heavy test had ended
+    assert all(nxt[2] >= cur[3] for cur, nxt in itertools.pairwise(alone)), alone  # one alone test at a time
+
+
+def test_light_and_heavy_groups_are_told_apart() -> None:
+    assert schedule.light("tests/unit/test_spec.py") and schedule.light("tests/security/test_frontend_surface.py")
+    assert not schedule.light("tests/integration/test_serve_stack.py")  # starts a server
+    assert not schedule.light("python_server") and not schedule.light("vllm_server")  # a session server's users
+    assert not schedule.light(schedule.ALONE + "tests/unit/test_spec.py")
+    assert not schedule.light("tests/unit/test_plugins_validate.py")  # measured long (vLLM in subprocesses)
 
 
 def test_alone_modules_alone_in_a_run_do_not_overlap(tmp_path: Path) -> None:
