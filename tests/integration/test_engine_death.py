@@ -27,7 +27,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.alone]
 
 MODEL = "tiny_llm"
 BAR_S = 2.0
-DRAIN_S = 2.0  # the tiny LLM streams 100-400 tokens/s here: 30 tokens end within it, 4000 cannot
+DRAIN_S = 5.0
+"""The tiny LLM streams 100-400 tokens/s on an idle machine: 30 tokens end within the drain timeout, 4000 cannot. 5 s,
+not 2: beside a light module (a two-worker run) a 30-token stream once outlasted a 2 s drain."""
 # Each repetition of the stop test starts its own stack (~1 min here); the suite runs one, issue 44's bar ten.
 DRAIN_REPS = int(os.environ.get("TRITONPKG_TEST_DRAIN_REPS", "1"))
 
@@ -218,7 +220,7 @@ def _grpc_stream(stack, max_tokens: int, out: dict) -> None:
 def test_sigterm_drains_streams_refuses_new_ones_and_cuts_at_the_drain_timeout(tmp_path, rep, request):
     """TRITONPKG_TEST_DRAIN_REPS=10 runs issue 44's ten stops (the first on the restart test's stack, after its
     engine was restarted; each other on a stack of its own).
-    A stop with a 2 s drain while an HTTP stream that ends within it and a gRPC stream that cannot run:
+    A stop with a DRAIN_S drain while an HTTP stream that ends within it and a gRPC stream that cannot run:
     readiness false at once, a new request refused, the short stream whole with no error, the long one
     ended by a final error naming the drain timeout (never "engine died"), and a clean exit."""
     import tritonclient.grpc as grpcclient

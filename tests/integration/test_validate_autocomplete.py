@@ -23,7 +23,9 @@ from tests.differential.corpus import build_cases
 from tests.differential.run import Outcome, markdown_report, run_corpus
 from tritonpkg.validate import Problem, validate_repository
 
-pytestmark = pytest.mark.integration
+# the corpus's outcomes are asked for by name (below): the mark puts this module in their group, on the worker that
+# runs the corpus (tests/support/schedule.py), instead of running the whole corpus again on the other
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("corpus_outcomes")]
 
 CASES = [c for c in build_cases() if c.base == "vs"]
 FIXTURE = Path(__file__).resolve().parents[1] / "unit" / "validate_fixtures" / "nvidia_vllm_sample"

@@ -41,19 +41,18 @@ HEAVY_ROOT = "tests/integration/"
 """Modules under it start servers or engines: never light."""
 
 SECONDS: dict[str, float] = {
-    "vllm_server": 327, "tests/integration/test_docker_container_view.py": 245,
-    "tests/integration/test_openai_frontend.py": 213, "tests/integration/test_engine_death.py": 171,
-    "tests/integration/test_lora_serving.py": 167, "tests/integration/test_deploy_engine_death.py": 153,
-    "tests/integration/test_vllm_backend_lifecycle.py": 125, "corpus_outcomes": 115,
-    "tests/integration/test_embedding_serving.py": 107, "tests/integration/test_vllm_backend_startup.py": 94,
-    "tests/integration/test_deploy_adapters.py": 92, "tests/integration/test_lane_toolkit_backend.py": 90,
-    "tests/integration/test_lane_engine_args.py": 80, "tests/integration/test_deploy_local_weights.py": 77,
-    "tests/integration/test_serve_stack.py": 72, "tests/integration/test_kubernetes_pod.py": 71,
-    "tests/integration/test_logits_vllm.py": 66, "tests/integration/test_plugin_triton.py": 56,
-    "tests/integration/test_deploy_local.py": 53, "tests/unit/test_plugins_validate.py": 51,
-    "tests/integration/test_deploy_unit_death.py": 49,
+    "tests/integration/test_lora_serving.py": 197, "tests/integration/test_openai_frontend.py": 193,
+    "tests/integration/test_deploy_engine_death.py": 184, "vllm_server": 154,
+    "tests/integration/test_docker_container_view.py": 132, "corpus_outcomes": 130,
+    "tests/integration/test_engine_death.py": 115, "tests/integration/test_deploy_adapters.py": 97,
+    "tests/integration/test_vllm_backend_lifecycle.py": 67, "tests/integration/test_lane_toolkit_backend.py": 65,
+    "tests/integration/test_kubernetes_pod.py": 64, "tests/integration/test_serve_stack.py": 60,
+    "tests/integration/test_lane_engine_args.py": 58, "tests/integration/test_vllm_backend_startup.py": 56,
+    "tests/integration/test_deploy_local_weights.py": 54, "tests/integration/test_deploy_local.py": 51,
+    "tests/integration/test_embedding_serving.py": 51, "tests/unit/test_plugins_validate.py": 41,
 }
-"""Group -> its measured seconds, for the groups of 45 s or more (a two-worker run, `--junitxml` times summed)."""
+"""Group -> its measured seconds, for the groups of 40 s or more (a two-worker run of 205229d, `--junitxml` times
+summed)."""
 INTEGRATION_S = 20.0
 """The length assumed for another integration module (most start a server), ahead of the fast unit tests."""
 

@@ -102,3 +102,14 @@ def test_alone_modules_alone_in_a_run_do_not_overlap(tmp_path: Path) -> None:
     rows = sorted(_run(tmp_path, {"e": "alone", "f": "alone"}), key=lambda r: r[2])
     assert len(rows) == 12, rows
     assert all(nxt[2] >= cur[3] for cur, nxt in itertools.pairwise(rows)), rows  # one test at a time
+
+
+def test_a_module_that_asks_for_a_session_server_by_name_declares_it() -> None:
+    """The groups are read from each test's declared fixtures: a module that gets a session server through
+    `request.getfixturevalue` alone lands in a group of its own, and a two-worker run starts that server twice (the
+    differential corpus ran twice so, 90 s of both cores)."""
+    texts = {path.relative_to(ROOT).as_posix(): path.read_text(encoding="utf-8")
+             for path in sorted((ROOT / "tests").rglob("test_*.py"))}
+    undeclared = [(path, name) for path, text in texts.items() for name in schedule.SESSION_SERVERS
+                  if f'getfixturevalue("{name}")' in text and f'usefixtures("{name}")' not in text]
+    assert undeclared == [], undeclared
