@@ -6,6 +6,11 @@ Ctrl-C does not reach it half-way), is signalled as a group (SIGTERM, grace, the
 the kernel if the starting thread dies (PR_SET_PDEATHSIG, main thread only: the signal fires when the
 *thread* that forked exits), and an atexit hook stops whatever is still running when the interpreter exits.
 
+No Python code runs in the child between fork and exec: CPython then forks without its at-fork hooks (vfork), and
+grpcio's after-fork hook, which a preexec_fn brings in, aborted 6-9 of 400 children of a process with gRPC calls
+in flight (the tritonserver starts that exited -6 with "epoll_wait error: Bad file descriptor"). The death
+signal is set by a small exec shim instead (`_PDEATHSIG_SHIM`), a child of the starting thread like the server.
+
 It stays in the caller's session on purpose. Linux schedules sessions as autogroups, and on a small
 CPU host a new session for the server let vLLM's busy engine processes keep a co-located frontend or
 client waiting 0.6-0.9 s at a time on the run queue (measured on 2 cores: /proc/<pid>/schedstat); in
@@ -15,8 +20,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
+import errno
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,29 +33,59 @@ from pathlib import Path
 
 _LIVE: set[ProcessGroup] = set()
 _LIVE_LOCK = threading.Lock()
-_PR_SET_PDEATHSIG = 1
 _SPAWN = threading.local()  # .callback, .tag: see on_spawn
 SPAWN_TAG = "TRITONPKG_SPAWN_TAG"
 """What a tagged start (on_spawn's `tag`) adds to the child's environment; its group's processes inherit it."""
 
 
-def _pdeathsig_hook():
-    """A preexec_fn asking the kernel to SIGTERM the child when its parent thread dies. prctl is
-    resolved here, in the parent: the child must not touch the dynamic loader between fork and exec."""
+_PDEATHSIG_SHIM = """import os, signal, sys
+try:
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG, kept across exec
+except (OSError, AttributeError):
+    pass
+if os.getppid() != int(sys.argv[1]):
+    os._exit(1)  # the starter died before the signal was set
+done = int(sys.argv[2])
+os.set_inheritable(done, False)  # closed by a successful exec: the starter's read ends then
+try:
+    os.execvpe(sys.argv[3], sys.argv[3:], os.environ)
+except OSError as exc:
+    os.write(done, str(exc).encode())
+    os._exit(127)
+"""
+"""Run by the child as `python -I -S -c SHIM STARTER_PID FD ARGV...`: asks the kernel to SIGTERM it when its
+starting thread dies, then execs ARGV (the signal survives exec). FD closes at the exec (or carries its error), so
+the starter returns only once ARGV runs, as a plain Popen does: what it records of the child is ARGV's."""
+
+
+def _start_with_pdeathsig(argv: Sequence[str], env: Mapping[str, str], **popen: object) -> subprocess.Popen:
+    """Popen ARGV behind the death-signal shim, returning once ARGV has been exec'd; a program that is missing
+    or cannot be run raises as in Popen."""
+    program = argv[0] if os.sep in argv[0] else shutil.which(argv[0], path=env.get("PATH", os.defpath))
+    if program is None:
+        raise FileNotFoundError(errno.ENOENT, "no such program", argv[0])
+    read, write = os.pipe()
     try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):  # pragma: no cover - not glibc; atexit and stop() remain
-        return None
-
-    def hook() -> None:
-        prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-
-    return hook
+        proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _PDEATHSIG_SHIM, str(os.getpid()), str(write),
+                                 program, *argv[1:]], env=env, pass_fds=(write,), **popen)  # type: ignore[call-overload]
+    except BaseException:
+        os.close(read)
+        raise
+    finally:
+        os.close(write)
+    with os.fdopen(read, "rb") as done:
+        failure = done.read(4096)
+    if failure:
+        proc.wait()
+        raise OSError(f"{argv[0]}: {failure.decode(errors='replace')}")
+    return proc
 
 
 def own_group(then: Callable[[], None] | None = None) -> dict:
     """Popen arguments that make the child lead a new process group in the caller's session, then run
-    `then` before exec (`process_group=` is Python 3.11+; 3.10 gets the same setpgid in a preexec_fn)."""
+    `then` before exec (`process_group=` is Python 3.11+; 3.10 gets the same setpgid in a preexec_fn).
+    Without `then` on 3.11+ no Python code runs in the child before exec (see the module's docstring)."""
     if sys.version_info >= (3, 11):
         return {"process_group": 0, "preexec_fn": then}
 
@@ -80,18 +116,14 @@ class ProcessGroup:
         return self.pid  # own_group() makes the child its group's leader
 
     def start(self) -> None:
-        use_pdeathsig = sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread()
+        use_pdeathsig = (sys.platform.startswith("linux") and bool(sys.executable)
+                         and threading.current_thread() is threading.main_thread())
         tag = getattr(_SPAWN, "tag", None)
         env = self.env if tag is None else {**self.env, SPAWN_TAG: tag}
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                self.argv,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                **own_group(_pdeathsig_hook() if use_pdeathsig else None),
-            )
+            streams = {"stdin": subprocess.DEVNULL, "stdout": log, "stderr": subprocess.STDOUT, **own_group()}
+            self.proc = (_start_with_pdeathsig(self.argv, env, **streams) if use_pdeathsig
+                         else subprocess.Popen(self.argv, env=env, **streams))
         with _LIVE_LOCK:
             _LIVE.add(self)
         callback = getattr(_SPAWN, "callback", None)
