@@ -241,13 +241,14 @@ def overlay(work: Path) -> Path:
 
 
 @contextlib.contextmanager
-def triton(weights: Path, work: Path, instances: int, max_len: int, streams: int) -> Iterator[Any]:
+def triton(weights: Path, work: Path, instances: int, max_len: int, streams: int,
+           extra_env: dict[str, str] | None = None) -> Iterator[Any]:
     from tritonpkg.runtime import TritonServer, ensure_runtime
     from tritonpkg.runtime.environment import server_environment
 
     rt = ensure_runtime()
     env = {"TRITONPKG_BENCH_INSTANT_ENGINE": "1",
-           "PATH": os.pathsep.join([str(overlay(work)), server_environment(rt)["PATH"]])}
+           "PATH": os.pathsep.join([str(overlay(work)), server_environment(rt)["PATH"]]), **(extra_env or {})}
     # Each HTTP generate_stream holds one HTTP worker for its whole stream: as many as the streams.
     with TritonServer(package(weights, work, instances, max_len), runtime=rt, startup_timeout=600,
                       env=env, extra_args=[f"--http-thread-count={max(16, streams)}"]) as srv:

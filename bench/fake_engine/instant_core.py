@@ -19,6 +19,7 @@ never samples an end-of-sequence token: every request is `ignore_eos` in effect)
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -48,6 +49,7 @@ class InstantCore:
         self._live: dict[str, list[int]] = {}  # internal request id -> [tokens sent, max_tokens]
         self._added: asyncio.Event | None = None
         self.steps = 0
+        self._pace = float(os.environ.get("TRITONPKG_BENCH_STEP_S", "0") or 0)
 
     # -- what AsyncLLM calls -----------------------------------------------------------------------
     async def get_supported_tasks_async(self) -> tuple[str, ...]:
@@ -74,7 +76,7 @@ class InstantCore:
                 self._added.clear()
                 await self._added.wait()
                 continue
-            await asyncio.sleep(0)  # the consumers woken by the last step take their outputs
+            await asyncio.sleep(self._pace)  # the consumers woken by the last step take their outputs
             step = self._step()
             if step:
                 break
@@ -114,6 +116,15 @@ class InstantCore:
 
     async def check_health_async(self) -> None:
         return None
+
+    def __getattr__(self, name: str) -> Any:
+        """The API server's start-up calls (`reset_mm_cache_async`, ...): there is nothing to reset or report."""
+        if name.endswith("_async"):
+            async def nothing(*args: Any, **kwargs: Any) -> None:
+                return None
+
+            return nothing
+        raise AttributeError(name)
 
     def shutdown(self, timeout: float | None = None) -> None:
         self._live.clear()
