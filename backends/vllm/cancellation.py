@@ -13,8 +13,10 @@ orders the two, and a ticket whose final response went out is never polled again
 Streams are also polled once per engine step, just before vLLM's output processor takes that step's outputs
 (`poll_before_outputs`): a stream found cancelled there is aborted in the output processor before the step
 is counted or detokenized, as `vllm serve` aborts a request whose client left, so no token of a step the
-client can no longer receive is generated on its behalf. The same one round trip per stream per step as a
-check before each send, moved to where it can still save the step.
+client can no longer receive is generated on its behalf. A stream is asked once every `step_every` of its
+steps (the model's default 2), not at each: each ask is a round trip through the stub and tritonserver, so asking
+at every step cost one round trip per streamed token beside the token's own response (bench/response_floor.py).
+A hang-up then costs at most that many steps of the stream, whatever the engine's pace.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 class Ticket:
     """One in-flight request. `done()` is True once the client is known to have gone away."""
 
-    __slots__ = ("_cancelled", "_final_sent", "_lock", "key", "sender", "streamed")
+    __slots__ = ("_cancelled", "_final_sent", "_lock", "key", "sender", "steps_unasked", "streamed")
 
     def __init__(self, key: Hashable, sender: Any, streamed: bool = False) -> None:
         self.key = key
@@ -36,6 +38,7 @@ class Ticket:
         self._lock = threading.Lock()
         self._final_sent = False
         self._cancelled = False
+        self.steps_unasked = 1 << 30  # steps since the step poll last asked: the first step asks
 
     def done(self) -> bool:
         return self._cancelled
@@ -61,11 +64,13 @@ class Ticket:
 
 class CancelWatch:
     """Polls the registered tickets every `interval` seconds from one daemon thread and calls
-    `on_cancel(key)` for each request whose client went away."""
+    `on_cancel(key)` for each request whose client went away; `poll_streams` asks a stream once every
+    `step_every` of its steps."""
 
     def __init__(self, interval: float, on_cancel: Callable[[Hashable], None],
-                 on_error: Callable[[str], None] = lambda message: None) -> None:
+                 on_error: Callable[[str], None] = lambda message: None, step_every: int = 1) -> None:
         self.interval = interval
+        self.step_every = max(1, step_every)
         self._on_cancel = on_cancel
         self._on_error = on_error
         self._tickets: dict[Hashable, Ticket] = {}
@@ -97,10 +102,17 @@ class CancelWatch:
         return cancelled
 
     def poll_streams(self, keys: Iterable[Hashable]) -> list[Hashable]:
-        """Poll the streamed tickets among `keys` once each; returns those found cancelled just now (not
-        reported to on_cancel: the caller aborts them itself)."""
-        tickets = self._tickets
-        return self._poll([t for t in map(tickets.get, keys) if t is not None and t.streamed])
+        """Count a step for each streamed ticket among `keys` and poll those not asked in their last
+        `step_every` - 1 steps; returns those found cancelled just now (not reported to on_cancel: the caller
+        aborts them itself)."""
+        tickets, every, due = self._tickets, self.step_every, []
+        for ticket in map(tickets.get, keys):
+            if ticket is not None and ticket.streamed:
+                ticket.steps_unasked += 1
+                if ticket.steps_unasked >= every:
+                    ticket.steps_unasked = 0
+                    due.append(ticket)
+        return self._poll(due)
 
     def _poll(self, tickets: list[Ticket]) -> list[Hashable]:
         cancelled = []

@@ -86,6 +86,8 @@ from stopping import announced as stop_announced
 CANCEL_POLL_S = float(os.environ.get("TRITONPKG_VLLM_CANCEL_POLL", "1.0"))
 # "0": streams are polled for cancellation before each send instead of before each engine step's outputs.
 STEP_CANCEL = os.environ.get("TRITONPKG_VLLM_STEP_CANCEL", "1") != "0"
+# With STEP_CANCEL: a stream is asked once every this many of its engine steps ("1": at each step).
+STEP_POLL_EVERY = int(os.environ.get("TRITONPKG_VLLM_STEP_POLL_EVERY", "2"))
 STREAM_MERGE = os.environ.get("TRITONPKG_VLLM_STREAM_MERGE", "1") != "0"
 # NVIDIA's switch for the vLLM series. Absent: they follow the engine argument disable_log_stats (as before);
 # "false" turns them off whatever model.json says; "true" leaves disable_log_stats in charge, as in NVIDIA's.
@@ -188,7 +190,8 @@ class TritonPythonModel:
                                engine_nice, on_dead=self._fail_all)
         responses = ResponseQueue(lambda step: generate_response(step.output, step.prefix, step.returns, output_dtype),
                                   self.host.abort, self.host.abort_cancelled, self.logger, merge=STREAM_MERGE)
-        cancel_watch = CancelWatch(CANCEL_POLL_S, lambda key: self.host.abort_cancelled(str(key)), self.logger.log_warn)
+        cancel_watch = CancelWatch(CANCEL_POLL_S, lambda key: self.host.abort_cancelled(str(key)), self.logger.log_warn,
+                                   step_every=STEP_POLL_EVERY)
         self.ctx = Context(self.host, responses, cancel_watch, types, output_dtype, self.logger)
         self.ctx.adapters = Adapters()
         self._stop_watch = StopWatch(lambda: len(self.ctx.inflight), self._fail_all, self.logger.log_warn)

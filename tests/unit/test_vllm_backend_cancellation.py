@@ -209,3 +209,28 @@ def test_the_step_poll_never_polls_a_finished_stream_and_leaves_older_processors
     finally:
         watch.close()
     assert not cancellation.poll_before_outputs(object(), watch, lambda ids: None, lambda keys: None)
+
+
+def test_the_step_poll_asks_a_stream_once_every_few_of_its_steps():
+    """Each ask is a round trip to tritonserver: a stream is asked at its first step, then once every
+    `step_every` steps, and a hang-up is acted on at the first ask after it (its step is still not counted)."""
+    watch = cancellation.CancelWatch(3600, lambda key: None, step_every=4)
+    try:
+        processor = OutputProcessor(["a", "b"])
+        a, b = Sender(), Sender()
+        watch.register("a", a, streamed=True)
+        cancellation.poll_before_outputs(processor, watch, lambda ids: None, lambda keys: None)
+        processor.process_outputs([Output("a-int")])
+        watch.register("b", b, streamed=True)  # b starts a step later: asked at its own first step
+        for _ in range(4):
+            processor.process_outputs([Output("a-int"), Output("b-int")])
+        assert (a.polls, b.polls) == (2, 1)  # a: steps 1 and 5; b: its step 1
+        b.cancelled = True
+        processor.counted.clear()
+        processor.process_outputs([Output("a-int"), Output("b-int")])  # b's 5th step: asked again
+        assert b.polls == 2 and processor.aborted == ["b"] and processor.counted == ["a-int"]
+        for _ in range(3):
+            processor.process_outputs([Output("a-int")])
+        assert (a.polls, b.polls) == (3, 2)  # a: steps 1, 5 and 9
+    finally:
+        watch.close()
