@@ -200,7 +200,7 @@ def main() -> None:
     parser.add_argument("--servers", default="vllm serve,tritonpkg,floor", help="which servers, comma-separated")
     parser.add_argument("--against-env", metavar="KEY=VALUE",
                         help="add `tritonpkg-b`: tritonpkg's server with KEY=VALUE in its environment "
-                             "(e.g. TRITONPKG_VLLM_STEP_POLL=0)")
+                             "(e.g. TRITONPKG_VLLM_STEP_POLL_EVERY=1)")
     parser.add_argument("--json", metavar="OUT", help="also write the figures here (as JSON)")
     args = parser.parse_args()
     if args.against_env and "=" not in args.against_env:
