@@ -28,9 +28,11 @@ def deadline() -> float | None:
             text = f.read(64)
     except OSError:
         return None
+    if not text.strip():  # created, not yet written (serve writes it whole; an older one may not)
+        return None
     try:
         return float(text.split()[0])
-    except (ValueError, IndexError):
+    except ValueError:
         return time.time()
 
 

@@ -49,10 +49,16 @@ class StepEvent:
     detail: str = ""
 
 
-def announce_stop(stop_file: Path, seconds: float) -> None:
+def announce_stop(stop_file: Path, seconds: float) -> bool:
     """The drain deadline the stack's vLLM backends read (STOP_FILE_ENV): from now on they refuse new requests and
-    send no self-unload, since a stop is under way."""
-    stop_file.write_text(f"{time.time() + seconds:.3f}\n")
+    send no self-unload, since a stop is under way. Written whole (a file beside it, renamed over it): a backend
+    polls the file and must never read it half-written. False when it could not be written: the stop goes on, its
+    models then cut their requests when Triton unloads them."""
+    try:
+        private.write_private(stop_file, f"{time.time() + seconds:.3f}\n", mode=0o644)
+    except (OSError, private.StateDirError):
+        return False
+    return True
 
 
 class ServingStack:
@@ -312,7 +318,7 @@ class ServingStack:
         # "none" (every model loads at start, none changes after) runs as explicit with every model loaded: the
         # vLLM backend can then unload a model whose engine died, so its readiness follows the engine.
         stop_dir = self._scratch_dir("stop")
-        stop_dir.mkdir()
+        stop_dir.mkdir(mode=0o700)
         self.stop_file = stop_dir / "drain-deadline"  # named now, written when a stop begins
         exit_timeout = max(o.exit_timeout, int(o.drain_timeout) + STOP_MARGIN_S) if o.drain_timeout else o.exit_timeout
         control: ModelControlMode = "explicit" if t.model_control_mode == "none" else t.model_control_mode
