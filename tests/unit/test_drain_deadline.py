@@ -65,3 +65,20 @@ def test_an_announcement_not_yet_written_is_no_deadline(tmp_path):
     assert stopping.deadline() == 1796666711.25
     stop_file.write_text("not a number\n")  # anything else: the stop is announced and its deadline is now
     assert abs(stopping.deadline() - time.time()) < 5
+
+
+def test_an_announcement_is_never_written_through_a_link(tmp_path):
+    """The stop file's path comes from a unit's state (deploy): a symlink there, to a file or as its folder, is
+    refused, nothing is written outside, and the stop goes on (False, no exception)."""
+    outside = tmp_path / "outside"
+    outside.mkdir(mode=0o700)
+    victim = outside / "victim"
+    victim.write_text("keep\n")
+    unit = tmp_path / "unit"
+    (unit / "stop").mkdir(parents=True, mode=0o700)
+    linked_file = unit / "stop" / "drain-deadline"
+    linked_file.symlink_to(victim)
+    assert announce_stop(linked_file, 5.0) is False
+    (unit / "linked").symlink_to(outside, target_is_directory=True)
+    assert announce_stop(unit / "linked" / "drain-deadline", 5.0) is False
+    assert victim.read_text() == "keep\n" and sorted(p.name for p in outside.iterdir()) == ["victim"]
